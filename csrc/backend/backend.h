@@ -1,0 +1,159 @@
+// TunedBackend: the `tuned` c10d backend. CPU tensors go through the shared-memory engine (shm::ShmComm) among
+// the ranks of this host.
+//
+// Execution: every call validates its tensors on the caller's thread, takes the next per-group sequence number
+// and queues the operation; one worker thread runs operations in issue order, so DDP's bucket all-reduces overlap
+// the backward pass. A synchronous call (async_op=False) with nothing queued runs inline on the caller's thread,
+// which saves the hand-off latency. A caller error on one rank (a bad tensor, say) aborts the group, so its
+// peers fail instead of waiting for it.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/work.h"
+#include "shm/comm.h"
+#include "shm/p2p.h"
+
+namespace tunedist {
+
+class StoreRendezvous;
+
+class TunedBackend : public c10d::Backend {
+ public:
+  struct Options {
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(30 * 60 * 1000);
+    shm::ShmOptions shm = shm::ShmOptions::fromEnv();
+    // Synchronous calls up to this many bytes may run inline on the caller's thread when nothing is queued.
+    size_t inlineMaxBytes = size_t(64) << 20;
+  };
+
+  static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                  std::chrono::milliseconds timeout);
+
+  TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
+  ~TunedBackend() override;
+
+  const std::string getBackendName() const override { return "tuned"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  void abort() override;
+  void shutdown() override;
+
+  // Bytes of shared memory this group reserves at its first collective.
+  size_t reservedShmBytes() const { return comm_->reservedBytes(); }
+
+  // What one operation runs on the worker (or inline); gets the operation's context with its deadline.
+  using Body = std::function<void(const shm::OpContext&)>;
+
+  // Queues (or runs inline) one operation and returns its Work. `name` is the profiler title ("tuned:all_reduce").
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                        const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                        std::chrono::milliseconds timeout, size_t bytes, Body body);
+
+  shm::ShmComm& comm() { return *comm_; }
+  shm::P2pEngine& p2p() { return *p2p_; }
+  // Records a Work made outside launch() (send/recv) in the coalesced group being built, if any.
+  void trackWork(const c10::intrusive_ptr<c10d::Work>& work);
+  uint64_t nextP2pSeq() { return ++p2pSeq_; }
+  std::chrono::milliseconds effectiveTimeout(std::chrono::milliseconds requested) const;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Fails the group with `message` on behalf of a caller error found on this rank before any communication, so
+  // the peers do not wait for us; then throws it. Names the op and rank.
+  [[noreturn]] void rejectCall(const char* op, const std::string& message);
+
+ private:
+  struct Item {
+    c10::intrusive_ptr<TunedWork> work;
+    Body body;
+    std::chrono::milliseconds timeout;
+    const char* name;
+  };
+
+  void workerLoop();
+  void run(Item& item);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  Options options_;
+  std::shared_ptr<StoreRendezvous> rendezvous_;
+  std::unique_ptr<shm::ShmComm> comm_;
+  std::unique_ptr<shm::P2pEngine> p2p_;
+
+  uint64_t seq_ = 0;  // guarded by mutex_
+  std::atomic<uint64_t> p2pSeq_{0};
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread worker_;
+
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+};
+
+}  // namespace tunedist

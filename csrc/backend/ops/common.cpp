@@ -1,0 +1,89 @@
+#include "backend/ops/common.h"
+
+#include <c10/util/Exception.h>
+
+namespace tunedist::ops {
+
+shm::DType reduceDType(at::ScalarType type, const char* op) {
+  switch (type) {
+    case at::kFloat: return shm::DType::kFloat32;
+    case at::kDouble: return shm::DType::kFloat64;
+    case at::kHalf: return shm::DType::kFloat16;
+    case at::kBFloat16: return shm::DType::kBFloat16;
+    case at::kChar: return shm::DType::kInt8;
+    case at::kByte: return shm::DType::kUInt8;
+    case at::kInt: return shm::DType::kInt32;
+    case at::kLong: return shm::DType::kInt64;
+    case at::kBool: return shm::DType::kBool;
+    default:
+      TORCH_CHECK(false, op, ": cannot reduce tensors of dtype ", type,
+                  "; supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool");
+  }
+}
+
+shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize, const char* opName) {
+  shm::ReduceArgs args;
+  args.dtype = reduceDType(type, opName);
+  args.divisor = worldSize;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: args.op = shm::RedOp::kSum; break;
+    case c10d::ReduceOp::AVG: args.op = shm::RedOp::kAvg; break;
+    case c10d::ReduceOp::PRODUCT: args.op = shm::RedOp::kProduct; break;
+    case c10d::ReduceOp::MIN: args.op = shm::RedOp::kMin; break;
+    case c10d::ReduceOp::MAX: args.op = shm::RedOp::kMax; break;
+    case c10d::ReduceOp::BAND: args.op = shm::RedOp::kBand; break;
+    case c10d::ReduceOp::BOR: args.op = shm::RedOp::kBor; break;
+    case c10d::ReduceOp::BXOR: args.op = shm::RedOp::kBxor; break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      args.op = shm::RedOp::kPremulSum;
+      auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(sup != nullptr, opName, ": PREMUL_SUM without a factor");
+      args.factor = sup->tensor_factor.defined() ? sup->tensor_factor.to(at::kDouble).item<double>()
+                                                 : sup->double_factor;
+      break;
+    }
+    default:
+      TORCH_CHECK(false, opName, ": unsupported reduce op ", int(op.op_));
+  }
+  shm::checkReduceSupported(args.dtype, args.op);
+  return args;
+}
+
+void checkCpuDense(const at::Tensor& t, const char* op, const char* what) {
+  TORCH_CHECK(t.defined(), op, ": ", what, " is undefined");
+  TORCH_CHECK(t.device().is_cpu(), op, ": ", what, " is on ", t.device(),
+              "; this backend serves CPU tensors (map CUDA to nccl: init_process_group(\"cpu:tuned,cuda:nccl\"))");
+  TORCH_CHECK(t.layout() == at::kStrided, op, ": ", what, " must be a dense (strided) tensor, got ", t.layout());
+}
+
+void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* what) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", what, " has dtype ", t.scalar_type(),
+              " but the input has ", ref.scalar_type());
+  TORCH_CHECK(t.numel() == ref.numel(), op, ": ", what, " has ", t.numel(), " elements but the input has ",
+              ref.numel());
+}
+
+size_t tensorBytes(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
+
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage()) {
+    return false;
+  }
+  if (a.storage().data() != b.storage().data()) {
+    return false;
+  }
+  // Conservative: the byte span from the first to the last element, whatever the strides.
+  auto span = [](const at::Tensor& t) {
+    auto begin = static_cast<const char*>(t.data_ptr());
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      last += (t.size(d) - 1) * t.stride(d);
+    }
+    return std::make_pair(begin, begin + (last + 1) * t.element_size());
+  };
+  auto [a0, a1] = span(a);
+  auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+}  // namespace tunedist::ops

@@ -1,0 +1,48 @@
+#include "backend/work.h"
+
+#include <ATen/core/jit_type.h>
+
+namespace tunedist {
+
+TunedWork::TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq,
+                     std::vector<at::Tensor> outputs, const std::optional<std::vector<at::Tensor>>& inputs,
+                     std::chrono::milliseconds timeout)
+    : c10d::Work(rank, opType, profilingTitle, inputs),
+      seq_(seq),
+      outputs_(std::move(outputs)),
+      timeout_(timeout),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+bool TunedWork::isCompleted() { return future_->completed(); }
+
+bool TunedWork::isSuccess() const { return future_->completed() && !future_->hasError(); }
+
+bool TunedWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  bool done = cv_.wait_for(lock, limit, [this] { return completed_; });
+  TORCH_CHECK(done, "tunedist: ", c10d::opTypeToString(opType_), " (seq ", seq_, ") on rank ", rank_,
+              ": wait() timed out after ", limit.count(), " ms; the operation is still running");
+  if (exception_) {
+    std::rethrow_exception(exception_);
+  }
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> TunedWork::getFuture() { return future_; }
+
+std::vector<at::Tensor> TunedWork::result() { return outputs_; }
+
+uint64_t TunedWork::getSequencenumber() const { return seq_; }
+
+void TunedWork::complete() {
+  finish();
+  future_->markCompleted(c10::IValue(outputs_));
+}
+
+void TunedWork::completeWithError(std::exception_ptr error) {
+  finish(error);
+  future_->setError(error);
+}
+
+}  // namespace tunedist

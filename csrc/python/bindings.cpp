@@ -1,0 +1,70 @@
+// The Python module tunedist._C: the backend creator handed to torch.distributed.Backend.register_backend, plus
+// build facts and the benchmark's copy-bandwidth probe. The only binding file; everything else is plain C++.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "tunedist/tunedist.h"
+#include "shm/kernels/reduce.h"
+
+namespace py = pybind11;
+
+namespace {
+
+c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int size, const std::chrono::duration<float>& timeout) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  py::gil_scoped_release release;
+  return tunedist::TunedBackend::create(store, rank, size, ms);
+}
+
+// Per-call copy bandwidth (bytes copied per second, GB/s with 1 GB = 1e9 B) of the engine's copy routine on
+// buffers of `bytes`, touched first, `reps` timed runs. The benchmark runs this on every rank at once.
+std::vector<double> measureCopyGbps(size_t bytes, int reps) {
+  std::unique_ptr<char[]> src(new char[bytes]);
+  std::unique_ptr<char[]> dst(new char[bytes]);
+  std::memset(src.get(), 1, bytes);
+  std::memset(dst.get(), 2, bytes);
+  std::vector<double> out;
+  py::gil_scoped_release release;
+  tunedist::shm::copyBytes(dst.get(), src.get(), bytes);
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    tunedist::shm::copyBytes(dst.get(), src.get(), bytes);
+    auto t1 = std::chrono::steady_clock::now();
+    out.push_back(double(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "tunedist native module";
+  m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
+        py::arg("timeout"), "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
+  m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
+  m.def("build_id", [] { return std::string(TUNEDIST_BUILD_ID_STR); });
+  m.def("version", &tunedist::versionString);
+  m.def("simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::activeSimdLevel())); });
+  m.def("best_simd_level",
+        [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::detectSimdLevel())); });
+  m.def("measure_copy_gbps", &measureCopyGbps, py::arg("nbytes"), py::arg("reps"));
+  m.def(
+      "reserved_shm_bytes",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto* tuned = dynamic_cast<tunedist::TunedBackend*>(backend.get());
+        TORCH_CHECK(tuned != nullptr, "reserved_shm_bytes: not a tunedist backend");
+        return tuned->reservedShmBytes();
+      },
+      py::arg("backend"));
+}

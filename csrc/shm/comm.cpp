@@ -1,0 +1,280 @@
+// ShmComm: construction, attaching to the group's segment, the heartbeat, and failure handling.
+#include "shm/comm.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "shm/error.h"
+#include "shm/sync.h"
+
+#ifndef TUNEDIST_BUILD_ID
+#define TUNEDIST_BUILD_ID 0ULL
+#endif
+
+namespace tunedist::shm {
+namespace {
+
+constexpr const char* kSegmentKey = "tunedist_shm_segment";
+constexpr uint32_t kAbortWriting = 1;
+constexpr uint32_t kAbortSet = 2;
+
+std::chrono::milliseconds remaining(const OpContext& ctx) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());
+  return left.count() > 0 ? left : std::chrono::milliseconds(0);
+}
+
+}  // namespace
+
+const char* opCodeName(OpCode op) {
+  switch (op) {
+    case OpCode::kAllreduce: return "all_reduce";
+    case OpCode::kBroadcast: return "broadcast";
+    case OpCode::kReduce: return "reduce";
+    case OpCode::kAllgather: return "all_gather";
+    case OpCode::kGather: return "gather";
+    case OpCode::kScatter: return "scatter";
+    case OpCode::kReduceScatter: return "reduce_scatter";
+    case OpCode::kAlltoall: return "all_to_all";
+    case OpCode::kBarrier: return "barrier";
+  }
+  return "unknown-op";
+}
+
+OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, DType dtype, RedOp redop, double factor) {
+  OpDesc d{};
+  d.opcode = uint32_t(op);
+  d.seq = seq;
+  d.count = count;
+  d.root = root;
+  d.dtype = uint8_t(dtype);
+  d.redop = uint8_t(redop);
+  std::memcpy(&d.factorBits, &factor, sizeof(factor));
+  return d;
+}
+
+size_t ShmComm::sliceElems(size_t count, size_t elemSize) const {
+  // Largest 64-byte-aligned slice such that size_ of them fit a slot, and no larger than needed for `count`.
+  size_t maxSliceBytes = (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine;
+  size_t perRank = (count + size_t(size_) - 1) / size_t(size_);
+  size_t wantBytes = roundUp(perRank * elemSize, kCacheLine);
+  size_t sliceBytes = std::min(maxSliceBytes, std::max(wantBytes, kCacheLine));
+  return sliceBytes / elemSize;
+}
+
+StallPoint StallPoint::fromEnv() {
+  StallPoint s;
+  const char* v = std::getenv("TUNEDIST_TEST_STALL");
+  if (v != nullptr && *v != '\0') {
+    unsigned long long seq = 0;
+    int n = std::sscanf(v, "%d:%llu:%d:%d", &s.rank, &seq, &s.step, &s.stallMs);
+    TD_CHECK(n == 4, "tunedist: TUNEDIST_TEST_STALL='", v, "' must be rank:seq:step:milliseconds");
+    s.seq = seq;
+  }
+  return s;
+}
+
+ShmComm::ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options)
+    : rendezvous_(std::move(rendezvous)),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      geometry_(size, options.slotBytes),
+      stall_(StallPoint::fromEnv()) {
+  TD_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for group size ", size);
+  options_.validate();
+  TD_CHECK(rendezvous_ != nullptr, "tunedist: ShmComm needs a rendezvous");
+}
+
+ShmComm::~ShmComm() {
+  stopHeartbeat_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(heartbeatMutex_);
+    heartbeatCv_.notify_all();
+  }
+  if (heartbeat_.joinable()) {
+    heartbeat_.join();
+  }
+}
+
+size_t ShmComm::reservedBytes() const { return geometry_.totalBytes; }
+
+void ShmComm::ensureAttached(const OpContext& ctx) {
+  if (header_ != nullptr) {
+    return;
+  }
+  if (rank_ == 0) {
+    createSegment(ctx);
+  } else {
+    openSegment(ctx);
+  }
+  waitAllAttached(ctx);
+  // Every rank has it mapped: drop the name so nothing can leak, whatever happens to the processes later.
+  segment_.unlink();
+  lastBeat_.assign(size_t(size_), 0);
+  lastBeatChange_.assign(size_t(size_), std::chrono::steady_clock::now());
+  lastPeerCheck_ = std::chrono::steady_clock::now();
+  startHeartbeat();
+}
+
+void ShmComm::createSegment(const OpContext& ctx) {
+  segment_ = ShmSegment::create("g", geometry_.totalBytes, options_.shmDir);
+  auto* base = static_cast<char*>(segment_.data());
+  header_ = new (base) SegmentHeader();
+  header_->magic = kSegmentMagic;
+  header_->buildId = TUNEDIST_BUILD_ID;
+  header_->version = kProtocolVersion;
+  header_->worldSize = uint32_t(size_);
+  header_->slotBytes = options_.slotBytes;
+  header_->totalBytes = geometry_.totalBytes;
+  ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
+  for (int p = 0; p < size_; ++p) {
+    new (&ctls_[p]) RankCtl();
+  }
+  ProcessIdentity me = ProcessIdentity::self();
+  ctl(rank_).pid = me.pid;
+  ctl(rank_).pidNamespace = me.pidNamespace;
+  ctl(rank_).startTime = me.startTime;
+  // Publish the initialised header and our identity before anybody can count us in.
+  header_->attached.store(1, std::memory_order_release);
+  rendezvous_->set(kSegmentKey, segment_.name());
+}
+
+void ShmComm::openSegment(const OpContext& ctx) {
+  for (;;) {
+    std::string name = rendezvous_->get(kSegmentKey, remaining(ctx));
+    bool notFound = false;
+    ShmSegment seg = ShmSegment::open(name, geometry_.totalBytes, &notFound);
+    if (seg.valid()) {
+      segment_ = std::move(seg);
+      break;
+    }
+    // A stale name left in the store by an earlier group under the same prefix: wait for the fresh one.
+    TD_CHECK(std::chrono::steady_clock::now() < ctx.deadline, "tunedist: ", ctx.name, " (seq ", ctx.seq,
+             ") on rank ", rank_, ": shared memory '", name,
+             "' announced by rank 0 does not exist. Are all ranks of this group on one host and in one IPC "
+             "namespace (containers need --ipc=host)?");
+    usleep(10000);
+  }
+  auto* base = static_cast<char*>(segment_.data());
+  header_ = reinterpret_cast<SegmentHeader*>(base);
+  TD_CHECK(header_->magic == kSegmentMagic && header_->version == kProtocolVersion, "tunedist: rank ", rank_,
+           ": shared memory ", segment_.name(), " has magic ", std::hex, header_->magic, " version ", std::dec,
+           header_->version, ", expected ", std::hex, kSegmentMagic, std::dec, " version ", kProtocolVersion,
+           ": ranks run different tunedist versions; install the same build everywhere");
+  TD_CHECK(header_->buildId == TUNEDIST_BUILD_ID, "tunedist: rank ", rank_, " runs tunedist build ", std::hex,
+           TUNEDIST_BUILD_ID, " but rank 0 runs build ", header_->buildId, std::dec,
+           ": install the same build on every rank");
+  TD_CHECK(header_->worldSize == uint32_t(size_) && header_->slotBytes == options_.slotBytes, "tunedist: rank ",
+           rank_, " expects a group of ", size_, " ranks with ", options_.slotBytes, "-byte slots but rank 0 made ",
+           header_->worldSize, " ranks with ", header_->slotBytes,
+           "-byte slots: set TUNEDIST_SLOT_BYTES identically on every rank");
+  ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
+  ProcessIdentity me = ProcessIdentity::self();
+  ctl(rank_).pid = me.pid;
+  ctl(rank_).pidNamespace = me.pidNamespace;
+  ctl(rank_).startTime = me.startTime;
+  // Our identity is visible to anyone who sees the incremented count.
+  header_->attached.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void ShmComm::waitAllAttached(const OpContext& ctx) {
+  while (header_->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
+    if (std::chrono::steady_clock::now() >= ctx.deadline) {
+      std::ostringstream missing;
+      for (int p = 0; p < size_; ++p) {
+        if (ctl(p).pid == 0) {
+          missing << (missing.tellp() > 0 ? ", " : "") << p;
+        }
+      }
+      throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
+                                     ": timed out attaching the group's shared memory; ranks [", missing.str(),
+                                     "] never attached. Check they are alive and call this collective too."));
+    }
+    usleep(200);
+  }
+}
+
+void ShmComm::startHeartbeat() {
+  heartbeat_ = std::thread([this] { heartbeatLoop(); });
+}
+
+void ShmComm::heartbeatLoop() {
+  std::unique_lock<std::mutex> lock(heartbeatMutex_);
+  while (!stopHeartbeat_.load()) {
+    // Release: a peer that sees the new count knows this process was alive a moment ago.
+    ctl(rank_).heartbeat.fetch_add(1, std::memory_order_release);
+    heartbeatCv_.wait_for(lock, options_.heartbeatPeriod, [this] { return stopHeartbeat_.load(); });
+  }
+}
+
+void ShmComm::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(failMutex_);
+    if (failed_.load()) {
+      return;
+    }
+    failure_ = reason;
+    failed_.store(true, std::memory_order_release);
+  }
+  if (header_ == nullptr) {
+    return;
+  }
+  uint32_t expected = 0;
+  if (header_->abortFlag.compare_exchange_strong(expected, kAbortWriting)) {
+    header_->abortRank = rank_;
+    std::strncpy(header_->abortReason, reason.c_str(), kAbortReasonBytes - 1);
+    header_->abortReason[kAbortReasonBytes - 1] = '\0';
+    // Release: peers that see kAbortSet see the whole reason.
+    header_->abortFlag.store(kAbortSet, std::memory_order_release);
+  }
+  header_->bell.fetch_add(1);
+  futexWakeAll(&header_->bell);
+}
+
+void ShmComm::throwIfFailed() {
+  if (!failed_.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(failMutex_);
+  throw Error(detail::str("tunedist: rank ", rank_, ": the process group is unusable after an earlier failure: ",
+                          failure_, " Destroy the group (dist.destroy_process_group) and create a new one, or let "
+                          "torchrun --max-restarts restart the job."));
+}
+
+void ShmComm::fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead) {
+  std::string full = detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", rank_, " of ",
+                                 size_, ": ", message);
+  abort(full);
+  if (isTimeout) {
+    throw TimeoutError(full);
+  }
+  if (isDead) {
+    throw PeerDeadError(full);
+  }
+  throw Error(full);
+}
+
+void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, const std::function<void()>& body) {
+  throwIfFailed();
+  try {
+    ensureAttached(ctx);
+    opSeq_ = ctx.seq;
+    stepInOp_ = 0;
+    // The descriptor travels in the first round's buffer; taking the buffer first keeps a slow peer's view of
+    // the previous operation's descriptor intact.
+    acquireBuffer(ctx, buffer_);
+    writeDesc(buffer_, desc);
+    body();
+    TD_ASSERT(!descPending_, "operation ", ctx.name, " ended without a round");
+  } catch (const std::exception& e) {
+    // Whatever failed, peers must not wait for us: share the first failure with the whole group.
+    abort(e.what());
+    throw;
+  }
+}
+
+}  // namespace tunedist::shm

@@ -1,0 +1,190 @@
+// ShmComm: the collectives of one process group among the ranks of one host, over one shared-memory segment.
+//
+// Protocol in one paragraph: every rank owns a monotonic step counter in shared memory. An operation is a series
+// of rounds; in a round a rank writes into its own slot, publishes the next step (release), waits until every
+// peer has published that step (acquire), and then reads the peers' slots. All ranks run the same sequence of
+// rounds, so step numbers agree across ranks. Slots are double-buffered: before rewriting buffer b a rank waits
+// until every peer has published the step that follows its last read of b, which is usually long past, so a
+// round costs one synchronisation. The first round of every operation also carries an OpDesc that all ranks
+// compare, so ranks that disagree (op, size, dtype, root) fail together with a clear error.
+//
+// Failure model: waits end with an error on timeout, on a peer found dead (heartbeat plus process checks), or when
+// another rank aborted the group. The first failure is written to the segment's abort word, so it reaches every
+// rank, and the communicator stays failed: later calls fail fast with the original cause.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shm/kernels/reduce.h"
+#include "shm/layout.h"
+#include "shm/options.h"
+#include "shm/segment.h"
+#include "shm/types.h"
+
+namespace tunedist::shm {
+
+// The key-value exchange used once per group to share the segment's name (c10d::Store in the backend, an
+// in-memory map in the engine's tests).
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until `key` exists or `timeout` passes (then throws tunedist::Error).
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // True if `key` exists now; never blocks.
+  virtual bool check(const std::string& key) = 0;
+};
+
+enum class OpCode : uint32_t {
+  kAllreduce = 1,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kAlltoall,
+  kBarrier,
+};
+const char* opCodeName(OpCode op);
+
+OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, DType dtype = DType::kUInt8,
+                RedOp redop = RedOp::kSum, double factor = 0.0);
+
+// Per-call context: what the op is called in messages, its sequence number and its deadline.
+struct OpContext {
+  const char* name;
+  uint64_t seq;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+// Test hook: stall `rank` for `stallMs` when it reaches `step` (1-based count of publishes within an operation)
+// of operation `seq`, so a fault test can kill it mid-protocol. Set through TUNEDIST_TEST_STALL=rank:seq:step:ms.
+struct StallPoint {
+  int rank = -1;
+  uint64_t seq = 0;
+  int step = 0;
+  int stallMs = 0;
+  static StallPoint fromEnv();
+};
+
+class ShmComm {
+ public:
+  ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options);
+  ~ShmComm();
+  ShmComm(const ShmComm&) = delete;
+  ShmComm& operator=(const ShmComm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const ShmOptions& options() const { return options_; }
+  // Bytes this group reserves in /dev/shm at its first collective.
+  size_t reservedBytes() const;
+  bool attached() const { return header_ != nullptr; }
+
+  // Collectives on raw host memory. Counts are elements of args.dtype, sizes are bytes. Each blocks until done.
+  void allreduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
+  void broadcast(const OpContext& ctx, void* buf, size_t bytes, int root);
+  // `out` is written on the root only (may be null elsewhere).
+  void reduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args, int root);
+  // outs[p] receives rank p's `bytes`; outs[rank] may equal `in`.
+  void allgather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs);
+  // outs (size() pointers) is used on the root only.
+  void gather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
+  // ins (size() pointers) is used on the root only.
+  void scatter(const OpContext& ctx, const void* const* ins, void* out, size_t bytes, int root);
+  // ins[p] (count elements each) is the block reduced into rank p's `out`; `out` may equal ins[rank].
+  void reduceScatter(const OpContext& ctx, const void* const* ins, void* out, size_t count, const ReduceArgs& args);
+  // Sends sendBytes[p] from sends[p] to rank p and receives recvBytes[p] into recvs[p]; every rank checks that
+  // every pair's sizes agree.
+  void alltoallv(const OpContext& ctx, const void* const* sends, const size_t* sendBytes, void* const* recvs,
+                 const size_t* recvBytes);
+  void barrier(const OpContext& ctx);
+
+  // Marks the group failed with `reason` (shared with all ranks) and wakes every waiter. Idempotent.
+  void abort(const std::string& reason);
+  // Throws the stored failure if the group has failed (locally or through a peer's abort).
+  void throwIfFailed();
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+ private:
+
+  // Attaching (comm.cpp).
+  void ensureAttached(const OpContext& ctx);
+  void createSegment(const OpContext& ctx);
+  void openSegment(const OpContext& ctx);
+  void waitAllAttached(const OpContext& ctx);
+  void startHeartbeat();
+  void heartbeatLoop();
+
+  // The round protocol (round.cpp).
+  uint64_t publish(const OpContext& ctx);
+  void waitAll(const OpContext& ctx, uint64_t step);
+  void waitRank(const OpContext& ctx, int peer, uint64_t step);
+  void acquireBuffer(const OpContext& ctx, int buffer);
+  void releaseBuffer(int buffer);
+  // Starts a round: takes the current buffer (waiting until peers are done with its previous contents) and
+  // flips to the other one for the next round. Returns the buffer index to use.
+  int beginRound(const OpContext& ctx);
+  void writeDesc(int buffer, const OpDesc& desc);
+  void checkDescs(const OpContext& ctx, int buffer);
+  void checkPeers(const OpContext& ctx, const std::vector<int>& waitingFor);
+  [[noreturn]] void fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
+  void runOp(const OpContext& ctx, const OpDesc& desc, const std::function<void()>& body);
+
+  // Algorithms (one file per collective).
+  void allreduceOneShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
+  void allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
+  // Elements per slice so that size_ slices of `count`-element chunks fit one slot, 64-byte aligned.
+  size_t sliceElems(size_t count, size_t elemSize) const;
+
+  char* slot(int rank, int buffer) const {
+    return reinterpret_cast<char*>(header_) + geometry_.slotOffset(rank, buffer);
+  }
+  RankCtl& ctl(int rank) const { return ctls_[rank]; }
+
+  std::shared_ptr<Rendezvous> rendezvous_;
+  const int rank_;
+  const int size_;
+  const ShmOptions options_;
+  const SegmentGeometry geometry_;
+  const StallPoint stall_;
+
+  ShmSegment segment_;
+  SegmentHeader* header_ = nullptr;
+  RankCtl* ctls_ = nullptr;
+
+  // Protocol state, identical on every rank while the group is healthy.
+  uint64_t step_ = 0;
+  int stepInOp_ = 0;
+  uint64_t opSeq_ = 0;
+  int buffer_ = 0;
+  uint64_t releaseStep_[kNumBuffers] = {0, 0};
+  // The first wait of an operation compares descriptors (written to descBuffer_).
+  bool descPending_ = false;
+  int descBuffer_ = 0;
+
+  // Liveness bookkeeping: last heartbeat value seen per peer and when it last moved.
+  std::vector<uint64_t> lastBeat_;
+  std::vector<std::chrono::steady_clock::time_point> lastBeatChange_;
+  std::chrono::steady_clock::time_point lastPeerCheck_;
+
+  std::atomic<bool> failed_{false};
+  std::mutex failMutex_;
+  std::string failure_;
+
+  std::atomic<bool> stopHeartbeat_{false};
+  std::mutex heartbeatMutex_;
+  std::condition_variable heartbeatCv_;
+  std::thread heartbeat_;
+};
+
+}  // namespace tunedist::shm

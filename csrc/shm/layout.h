@@ -1,0 +1,96 @@
+// The typed layout of a group's shared-memory segment. Every field that ranks hand to each other is a
+// std::atomic with explicit acquire/release, and every cross-rank struct owns whole cache lines.
+//
+//   [SegmentHeader, 4 KiB] [RankCtl x P, rounded to 4 KiB] [data: P ranks x kNumBuffers slots x slotBytes]
+//
+// A rank writes only its own RankCtl and its own slots (plus the header's attach counter, bell and abort word);
+// peers read them after observing the owner's published step.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace tunedist::shm {
+
+constexpr uint64_t kSegmentMagic = 0x6d68735f64656e75ULL;  // "uned_shm" little-endian, after a 't' that did not fit
+constexpr uint32_t kProtocolVersion = 1;
+constexpr int kNumBuffers = 2;
+constexpr size_t kCacheLine = 64;
+constexpr size_t kPage = 4096;
+constexpr size_t kAbortReasonBytes = 1024;
+
+// What every rank says it is doing in a given operation; compared across ranks at the first step of each
+// operation so that disagreeing ranks all fail with the same clear error instead of exchanging garbage.
+struct OpDesc {
+  uint64_t seq;      // per-group operation sequence number
+  uint64_t count;    // agreed element or byte count (0 where ranks may legitimately differ)
+  uint64_t factorBits;  // PREMUL_SUM factor, as the bits of a double
+  uint32_t opcode;   // tunedist::shm::OpCode
+  int32_t root;      // root rank, or -1
+  uint8_t dtype;     // tunedist::shm::DType
+  uint8_t redop;     // tunedist::shm::RedOp
+  uint8_t valid;     // 1 once written for this operation
+  uint8_t reserved[5];
+};
+static_assert(sizeof(OpDesc) == 40, "OpDesc layout changed: bump kProtocolVersion");
+
+struct alignas(kCacheLine) SegmentHeader {
+  uint64_t magic;
+  uint64_t buildId;
+  uint32_t version;
+  uint32_t worldSize;
+  uint64_t slotBytes;
+  uint64_t totalBytes;
+  // Ranks that have mapped the segment; the name is unlinked once it reaches worldSize.
+  alignas(kCacheLine) std::atomic<uint32_t> attached;
+  // Futex word bumped by a publisher when somebody sleeps; `sleepers` counts them (see sync.h).
+  alignas(kCacheLine) std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> sleepers;
+  // Set once by the first rank that fails; every waiter checks it, so one failure reaches all ranks.
+  alignas(kCacheLine) std::atomic<uint32_t> abortFlag;
+  int32_t abortRank;
+  char abortReason[kAbortReasonBytes];
+};
+static_assert(sizeof(SegmentHeader) <= kPage, "SegmentHeader must fit its page");
+static_assert(offsetof(SegmentHeader, attached) % kCacheLine == 0, "attached must start a cache line");
+static_assert(offsetof(SegmentHeader, bell) % kCacheLine == 0, "bell must start a cache line");
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "cross-process atomics must be lock-free");
+
+struct alignas(kCacheLine) RankCtl {
+  // Cache line 0: the last protocol step this rank published (monotonic; release by the owner).
+  std::atomic<uint64_t> step;
+  // Cache line 1: liveness. The heartbeat counter moves every heartbeat period while the process lives.
+  alignas(kCacheLine) std::atomic<uint64_t> heartbeat;
+  int32_t pid;
+  uint32_t reserved0;
+  uint64_t pidNamespace;  // inode of /proc/self/ns/pid: kill()/proc checks only within the same namespace
+  uint64_t startTime;     // process start time (/proc/self/stat field 22), guards against pid reuse
+  // Cache lines 2+: the operation descriptor, one per buffer so a rank that runs ahead never overwrites one a
+  // slower peer is still comparing.
+  alignas(kCacheLine) OpDesc desc[kNumBuffers];
+};
+static_assert(sizeof(RankCtl) % kCacheLine == 0, "RankCtl must not share cache lines");
+static_assert(offsetof(RankCtl, heartbeat) == kCacheLine, "heartbeat must sit on its own cache line");
+
+inline size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// Offsets of each region for a group of `worldSize` ranks with `slotBytes` slots.
+struct SegmentGeometry {
+  size_t ctlOffset;
+  size_t dataOffset;
+  size_t totalBytes;
+  size_t slotBytes;
+
+  SegmentGeometry(int worldSize, size_t slot)
+      : ctlOffset(kPage),
+        dataOffset(roundUp(kPage + sizeof(RankCtl) * size_t(worldSize), kPage)),
+        totalBytes(dataOffset + size_t(worldSize) * kNumBuffers * slot),
+        slotBytes(slot) {}
+  size_t slotOffset(int rank, int buffer) const {
+    return dataOffset + (size_t(rank) * kNumBuffers + size_t(buffer)) * slotBytes;
+  }
+};
+
+}  // namespace tunedist::shm

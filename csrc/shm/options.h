@@ -1,0 +1,47 @@
+// Tunables of the shared-memory engine. Defaults suit training on a host with a few to a few dozen ranks; tests
+// shrink them (tiny slots, short heartbeats) to reach every path cheaply. Environment overrides: see fromEnv().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace tunedist::shm {
+
+struct ShmOptions {
+  static constexpr size_t kDefaultSlotBytes = size_t(1) << 20;
+  static constexpr size_t kDefaultOneShotMaxBytes = size_t(256) << 10;
+  static constexpr size_t kDefaultP2pChannelBytes = size_t(256) << 10;
+  static constexpr int kDefaultSpinIters = 4000;
+  static constexpr std::chrono::milliseconds kDefaultHeartbeatPeriod{100};
+  static constexpr std::chrono::milliseconds kDefaultDeadAfter{1000};
+  static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
+
+  // Bytes of one data slot. Each rank owns kNumBuffers slots (double buffering), so a group of P ranks reserves
+  // about P * 2 * slotBytes of shared memory (plus control pages) at its first collective.
+  size_t slotBytes = kDefaultSlotBytes;
+  // Messages up to this size (and up to one slot) use the one-shot algorithm; larger ones the pipelined
+  // reduce-scatter + all-gather. The two-shot chunk is one slot.
+  size_t oneShotMaxBytes = kDefaultOneShotMaxBytes;
+  // Bytes of each ordered pair's send/recv ring.
+  size_t p2pChannelBytes = kDefaultP2pChannelBytes;
+  // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
+  int spinIters = kDefaultSpinIters;
+  // How often each rank's heartbeat thread bumps its counter in shared memory.
+  std::chrono::milliseconds heartbeatPeriod = kDefaultHeartbeatPeriod;
+  // A peer whose heartbeat has not moved for this long (and, where we can see its process, whose process is
+  // gone) is declared dead.
+  std::chrono::milliseconds deadAfter = kDefaultDeadAfter;
+  // Longest single futex sleep; bounds how late a waiter notices a timeout, an abort or a dead peer.
+  std::chrono::milliseconds sleepSlice = kDefaultSleepSlice;
+  // Directory that holds POSIX shared memory (for the start-up sweep and the free-space message).
+  const char* shmDir = "/dev/shm";
+
+  // Defaults overridden by TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS,
+  // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS where set.
+  static ShmOptions fromEnv();
+  // Throws tunedist::Error when a value is out of range.
+  void validate() const;
+};
+
+}  // namespace tunedist::shm

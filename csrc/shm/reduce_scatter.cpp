@@ -1,0 +1,47 @@
+// reduce_scatter: rank q ends with the reduction over all ranks of their block q.
+#include <algorithm>
+#include <vector>
+
+#include "shm/comm.h"
+#include "shm/error.h"
+
+namespace tunedist::shm {
+
+// Per round of one slot cut into P parts:
+//   1. copy part of each block q != rank into part q of our slot (our own block stays in place);
+//   2. publish; wait for all;
+//   3. reduce our block over all ranks, in rank order, into the output.
+// The output may be our own input block (in place); each element is read before it is written.
+void ShmComm::reduceScatter(const OpContext& ctx, const void* const* ins, void* out, size_t count,
+                            const ReduceArgs& args) {
+  checkReduceSupported(args.dtype, args.op);
+  runOp(ctx, makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor), [&] {
+    const size_t es = dtypeSize(args.dtype);
+    const size_t partBytes = (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine;
+    const size_t part = partBytes / es;
+    TD_CHECK(part > 0, "tunedist: reduce_scatter: slot too small for ", size_, " ranks");
+    std::vector<const void*> srcs(static_cast<size_t>(size_));
+    for (size_t off = 0; off < count || off == 0; off += part) {
+      const size_t n = std::min(part, count - off);
+      int b = beginRound(ctx);
+      for (int q = 0; q < size_; ++q) {
+        if (q != rank_) {
+          copyBytes(slot(rank_, b) + size_t(q) * partBytes, static_cast<const char*>(ins[q]) + off * es, n * es);
+        }
+      }
+      // Step 1/1: part q of our slot holds elements [off, off+n) of our block q.
+      waitAll(ctx, publish(ctx));
+      for (int p = 0; p < size_; ++p) {
+        srcs[size_t(p)] = p == rank_ ? static_cast<const void*>(static_cast<const char*>(ins[p]) + off * es)
+                                     : static_cast<const void*>(slot(p, b) + size_t(rank_) * partBytes);
+      }
+      tunedist::shm::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), size_, n);
+      releaseBuffer(b);
+      if (count == 0) {
+        break;
+      }
+    }
+  });
+}
+
+}  // namespace tunedist::shm

@@ -1,0 +1,210 @@
+// The round protocol shared by every collective: publish a step, wait for peers' steps, double-buffer reuse,
+// descriptor comparison, and the liveness checks made while waiting.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "shm/comm.h"
+#include "shm/error.h"
+#include "shm/sync.h"
+
+namespace tunedist::shm {
+namespace {
+
+constexpr int kYieldRounds = 16;
+constexpr std::chrono::milliseconds kPeerCheckInterval{10};
+
+std::string describe(const OpDesc& d) {
+  std::ostringstream os;
+  if (!d.valid) {
+    return "(no operation)";
+  }
+  os << opCodeName(OpCode(d.opcode)) << " seq " << d.seq;
+  if (d.count != 0 || OpCode(d.opcode) != OpCode::kAlltoall) {
+    os << ", count " << d.count;
+  }
+  switch (OpCode(d.opcode)) {
+    case OpCode::kAllreduce:
+    case OpCode::kReduce:
+    case OpCode::kReduceScatter: {
+      double f = 0;
+      std::memcpy(&f, &d.factorBits, sizeof(f));
+      os << ", " << dtypeName(DType(d.dtype)) << ", " << redOpName(RedOp(d.redop));
+      if (RedOp(d.redop) == RedOp::kPremulSum) {
+        os << "(" << f << ")";
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  if (d.root >= 0) {
+    os << ", root " << d.root;
+  }
+  return os.str();
+}
+
+bool sameDesc(const OpDesc& a, const OpDesc& b) {
+  return a.valid == b.valid && a.opcode == b.opcode && a.seq == b.seq && a.count == b.count &&
+         a.dtype == b.dtype && a.redop == b.redop && a.root == b.root && a.factorBits == b.factorBits;
+}
+
+}  // namespace
+
+uint64_t ShmComm::publish(const OpContext& ctx) {
+  ++stepInOp_;
+  if (stall_.rank == rank_ && stall_.seq == opSeq_ && stall_.step == stepInOp_) {
+    usleep(useconds_t(stall_.stallMs) * 1000);
+  }
+  ++step_;
+  // Release: our slot writes for this step (and the descriptor) are visible to whoever sees `step_`.
+  // seq_cst pairs with the sleepers check below against a waiter that is going to sleep (see waitAll).
+  ctl(rank_).step.store(step_, std::memory_order_seq_cst);
+  if (header_->sleepers.load(std::memory_order_seq_cst) > 0) {
+    header_->bell.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(&header_->bell);
+  }
+  return step_;
+}
+
+void ShmComm::waitAll(const OpContext& ctx, uint64_t step) {
+  auto ready = [&](int p) { return ctl(p).step.load(std::memory_order_acquire) >= step; };
+  auto allReady = [&] {
+    for (int p = 0; p < size_; ++p) {
+      if (!ready(p)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  bool done = false;
+  for (int i = 0; i < options_.spinIters && !(done = allReady()); ++i) {
+    cpuRelax();
+  }
+  for (int i = 0; i < kYieldRounds && !done; ++i) {
+    sched_yield();
+    done = allReady();
+  }
+  std::vector<int> waitingFor;
+  while (!done) {
+    header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = header_->bell.load(std::memory_order_seq_cst);
+    waitingFor.clear();
+    for (int p = 0; p < size_; ++p) {
+      if (!ready(p)) {
+        waitingFor.push_back(p);
+      }
+    }
+    if (waitingFor.empty()) {
+      header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      break;
+    }
+    try {
+      checkPeers(ctx, waitingFor);
+    } catch (...) {
+      header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      throw;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());
+    futexWait(&header_->bell, seen, std::max(std::chrono::milliseconds(1), std::min(options_.sleepSlice, left)));
+    header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  if (descPending_) {
+    descPending_ = false;
+    checkDescs(ctx, descBuffer_);
+  }
+}
+
+void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFor) {
+  if (header_->abortFlag.load(std::memory_order_acquire) == 2) {
+    std::string reason(header_->abortReason);
+    fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", reason), false, false);
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (now >= ctx.deadline) {
+    std::ostringstream ranks;
+    for (size_t i = 0; i < waitingFor.size(); ++i) {
+      ranks << (i ? ", " : "") << waitingFor[i];
+    }
+    fail(ctx, detail::str("timed out at step ", stepInOp_, " of the operation waiting for ranks [", ranks.str(),
+                          "], which are alive but have not reached it. Check that every rank calls the same ",
+                          "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
+         true, false);
+  }
+  if (now - lastPeerCheck_ < kPeerCheckInterval) {
+    return;
+  }
+  lastPeerCheck_ = now;
+  for (int p : waitingFor) {
+    const RankCtl& c = ctl(p);
+    uint64_t beat = c.heartbeat.load(std::memory_order_acquire);
+    if (beat != lastBeat_[p]) {
+      lastBeat_[p] = beat;
+      lastBeatChange_[p] = now;
+    }
+    ProcessIdentity who{c.pid, c.pidNamespace, c.startTime};
+    bool gone = processCertainlyGone(who);
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
+    if (gone || silent > options_.deadAfter) {
+      fail(ctx,
+           detail::str("rank ", p, " (pid ", c.pid, ") is dead: ",
+                       gone ? "its process has exited" : "its heartbeat stopped ",
+                       gone ? "" : detail::str(silent.count(), " ms ago"),
+                       ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
+           false, true);
+    }
+  }
+}
+
+void ShmComm::acquireBuffer(const OpContext& ctx, int buffer) {
+  if (releaseStep_[buffer] > 0) {
+    // Wait until every peer has moved past its last read of our previous contents of this buffer.
+    bool pending = descPending_;
+    descPending_ = false;
+    waitAll(ctx, releaseStep_[buffer]);
+    descPending_ = pending;
+  }
+}
+
+void ShmComm::releaseBuffer(int buffer) {
+  // Each rank reads a round's slots before it publishes again, so step_ + 1 marks everybody done with `buffer`.
+  releaseStep_[buffer] = step_ + 1;
+}
+
+int ShmComm::beginRound(const OpContext& ctx) {
+  int b = buffer_;
+  acquireBuffer(ctx, b);
+  buffer_ ^= 1;
+  return b;
+}
+
+void ShmComm::writeDesc(int buffer, const OpDesc& desc) {
+  OpDesc d = desc;
+  d.valid = 1;
+  // Plain store: the first publish of this operation releases it.
+  ctl(rank_).desc[buffer] = d;
+  descPending_ = true;
+  descBuffer_ = buffer;
+}
+
+void ShmComm::checkDescs(const OpContext& ctx, int buffer) {
+  const OpDesc& mine = ctl(rank_).desc[buffer];
+  bool same = true;
+  for (int p = 0; p < size_ && same; ++p) {
+    same = sameDesc(ctl(p).desc[buffer], mine);
+  }
+  if (same) {
+    return;
+  }
+  std::ostringstream os;
+  os << "ranks disagree on the operation: ";
+  for (int p = 0; p < size_; ++p) {
+    os << (p ? "; " : "") << "rank " << p << " called " << describe(ctl(p).desc[buffer]);
+  }
+  os << ". Every rank must call the same collectives in the same order with matching sizes, dtypes, ops and roots.";
+  fail(ctx, os.str(), false, false);
+}
+
+}  // namespace tunedist::shm

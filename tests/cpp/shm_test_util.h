@@ -1,0 +1,396 @@
+// Helpers shared by the engine tests (test_shm_*.cpp), after gloo's BaseTest::spawn: ranks run as threads of one
+// process, each with its own ShmComm, over an in-memory rendezvous. Checks inside a rank's thread throw (Catch's
+// assertions are not thread-safe); the runner aborts that rank's communicator so its peers fail fast, and the
+// main thread rethrows every rank's failure, naming the rank. Also: dtype conversions for closed-form expected
+// values, data patterns, and the /dev/shm leak check every test ends with.
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shm/comm.h"
+#include "shm/error.h"
+#include "shm/segment.h"
+
+namespace tunedist::test {
+
+using shm::DType;
+using shm::OpContext;
+using shm::RedOp;
+using shm::ReduceArgs;
+using shm::ShmComm;
+using shm::ShmOptions;
+using Ms = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Deadline of ordinary operations: far above what any op needs, even under TSAN on two cores; only a protocol
+// that hangs comes near it.
+constexpr Ms kOpTimeout{30000};
+
+// Tiny slots: two-shot from 1 KiB, several rounds from a few KiB, so every path runs with small counts.
+inline ShmOptions smallOptions() {
+  ShmOptions o;
+  o.slotBytes = 4096;
+  o.oneShotMaxBytes = 1024;
+  return o;
+}
+
+// Slots of 8 KiB with one-shot up to a whole slot.
+inline ShmOptions mediumOptions() {
+  ShmOptions o;
+  o.slotBytes = 8192;
+  o.oneShotMaxBytes = 8192;
+  return o;
+}
+
+// The rendezvous of the engine tests: a map under a mutex; get() blocks until the key exists or times out.
+class MemRendezvous final : public shm::Rendezvous {
+ public:
+  void set(const std::string& key, const std::string& value) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      values_[key] = value;
+    }
+    cv_.notify_all();
+  }
+
+  std::string get(const std::string& key, Ms timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
+      throw Error(detail::str("MemRendezvous: key '", key, "' was not set within ", timeout.count(), " ms"));
+    }
+    return values_.at(key);
+  }
+
+  bool check(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return values_.count(key) > 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> values_;
+};
+
+// One rank's communicator and its operation counter: each op() is the next sequence number with a deadline.
+class Peer {
+ public:
+  Peer(std::shared_ptr<shm::Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
+      : comm(std::move(rendezvous), rank, size, options) {}
+
+  OpContext op(const char* name, Ms timeout = kOpTimeout) { return OpContext{name, seq_++, Clock::now() + timeout}; }
+  int rank() const { return comm.rank(); }
+  int size() const { return comm.size(); }
+
+  ShmComm comm;
+
+ private:
+  uint64_t seq_ = 0;
+};
+
+// A check that failed inside a rank's thread.
+class CheckFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+template <typename... Args>
+[[noreturn]] void failCheck(const Args&... parts) {
+  throw CheckFailure(detail::str(parts...));
+}
+
+// `what` says which case (op, dtype, world size, count), so a failure names case, rank and index.
+template <typename G, typename W>
+[[noreturn]] void failAt(const std::string& what, int rank, size_t index, const G& got, const W& want) {
+  failCheck(what, ": rank ", rank, ", index ", index, ": got ", got, ", expected ", want);
+}
+
+inline std::string messageOf(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "(non-standard exception)";
+  }
+}
+
+// Runs body(rank) on `size` threads and returns what each threw (null where it returned).
+inline std::vector<std::exception_ptr> spawn(int size, const std::function<void(int)>& body) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  return errors;
+}
+
+// Throws one error that names every rank that failed, with its message.
+inline void rethrowFailures(const std::vector<std::exception_ptr>& errors) {
+  std::ostringstream os;
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (errors[r]) {
+      os << "\n  rank " << r << ": " << messageOf(errors[r]);
+    }
+  }
+  if (os.tellp() > 0) {
+    throw std::runtime_error("ranks failed:" + os.str());
+  }
+}
+
+// Runs f(); if it throws, aborts every comm in `comms` first so peers stop waiting for this rank.
+template <typename F>
+void abortingOnThrow(std::initializer_list<ShmComm*> comms, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    for (ShmComm* c : comms) {
+      c->abort(detail::str("test rank ", c->rank(), " failed: ", e.what()));
+    }
+    throw;
+  }
+}
+
+// A fresh group of `size` ranks, one thread each; returns what each rank's body threw.
+inline std::vector<std::exception_ptr> runGroupCollect(int size, const ShmOptions& options,
+                                                       const std::function<void(Peer&)>& body) {
+  auto rendezvous = std::make_shared<MemRendezvous>();
+  return spawn(size, [&](int r) {
+    Peer peer(rendezvous, r, size, options);
+    abortingOnThrow({&peer.comm}, [&] { body(peer); });
+  });
+}
+
+inline void runGroup(int size, const ShmOptions& options, const std::function<void(Peer&)>& body) {
+  rethrowFailures(runGroupCollect(size, options, body));
+}
+
+// ---- Data patterns. ----
+
+// Byte i of a block that rank r sends (salt tells apart e.g. its blocks for different destinations). Not periodic
+// under 64 KiB, so a block copied to a wrong offset shows.
+inline uint8_t patternByte(int r, size_t i, int salt = 0) {
+  return uint8_t(i * 7 + (i >> 8) * 3 + size_t(r) * 61 + size_t(salt) * 17 + 1);
+}
+
+inline std::vector<uint8_t> patternBytes(int r, size_t n, int salt = 0) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = patternByte(r, i, salt);
+  }
+  return v;
+}
+
+// Checks `got` holds rank src's block with `salt`; `rank` is the checking rank.
+inline void checkPattern(const std::string& what, int rank, const uint8_t* got, size_t n, int src, int salt = 0) {
+  for (size_t i = 0; i < n; ++i) {
+    if (got[i] != patternByte(src, i, salt)) {
+      failAt(what + detail::str(" (block of rank ", src, ")"), rank, i, int(got[i]), int(patternByte(src, i, salt)));
+    }
+  }
+}
+
+// An output buffer of `count` elements followed by guard bytes, all preset to a fill no result matches; never a
+// null pointer, even for count 0.
+class Output {
+ public:
+  Output(DType t, size_t count) : bytes_(count * shm::dtypeSize(t)), buf_(bytes_ + kGuard, kFill) {}
+  void* data() { return buf_.data(); }
+  const void* data() const { return buf_.data(); }
+  // Throws unless the guard bytes past the end are untouched.
+  void checkGuard(const std::string& what, int rank) const {
+    for (size_t i = bytes_; i < buf_.size(); ++i) {
+      if (buf_[i] != kFill) {
+        failAt(what + " (guard byte past the output)", rank, i - bytes_, int(buf_[i]), int(kFill));
+      }
+    }
+  }
+
+ private:
+  static constexpr size_t kGuard = 64;
+  static constexpr uint8_t kFill = 0xA5;
+  size_t bytes_;
+  std::vector<uint8_t> buf_;
+};
+
+// ---- Element conversions. fp16 and bf16 are rounded to nearest even here, independently of the engine. ----
+
+// Bits of the binary format with `mantBits` fraction and `expBits` exponent bits nearest (ties to even) to v.
+inline uint16_t toSmallFloat(double v, int mantBits, int expBits) {
+  const int bias = (1 << (expBits - 1)) - 1;
+  const uint32_t sign = std::signbit(v) ? 1u : 0u;
+  const double a = std::fabs(v);
+  uint32_t magnitude = 0;
+  if (a != 0) {
+    const int emin = 1 - bias;
+    int e = std::max(std::ilogb(a), emin);
+    double q = std::nearbyint(std::ldexp(a, mantBits - e));
+    if (q >= std::ldexp(1.0, mantBits + 1)) {
+      q /= 2;
+      ++e;
+    }
+    const uint32_t biased = q >= std::ldexp(1.0, mantBits) ? uint32_t(e + bias) : 0u;
+    const uint32_t maxBiased = (1u << expBits) - 1;
+    // Past the largest finite value: infinity, as round-to-nearest gives.
+    magnitude = biased >= maxBiased ? maxBiased << mantBits
+                                    : (biased << mantBits) | (uint32_t(q) & ((1u << mantBits) - 1));
+  }
+  return uint16_t((sign << (mantBits + expBits)) | magnitude);
+}
+
+inline double fromSmallFloat(uint16_t bits, int mantBits, int expBits) {
+  const int bias = (1 << (expBits - 1)) - 1;
+  const uint32_t biased = (bits >> mantBits) & ((1u << expBits) - 1);
+  const double frac = double(bits & ((1u << mantBits) - 1));
+  if (biased == (1u << expBits) - 1) {
+    return frac == 0 ? HUGE_VAL : NAN;
+  }
+  double mag = biased == 0 ? std::ldexp(frac, 1 - bias - mantBits)
+                           : std::ldexp(frac + std::ldexp(1.0, mantBits), int(biased) - bias - mantBits);
+  return (bits >> (mantBits + expBits)) ? -mag : mag;
+}
+
+inline uint16_t halfBits(double v) { return toSmallFloat(v, 10, 5); }
+inline double halfValue(uint16_t b) { return fromSmallFloat(b, 10, 5); }
+inline uint16_t bf16Bits(double v) { return toSmallFloat(v, 7, 8); }
+inline double bf16Value(uint16_t b) { return fromSmallFloat(b, 7, 8); }
+
+inline bool isSignedType(DType t) { return t != DType::kUInt8 && t != DType::kBool; }
+
+// Element i of `base` as a double.
+inline double loadValue(DType t, const void* base, size_t i) {
+  switch (t) {
+    case DType::kFloat32: return static_cast<const float*>(base)[i];
+    case DType::kFloat64: return static_cast<const double*>(base)[i];
+    case DType::kFloat16: return halfValue(static_cast<const uint16_t*>(base)[i]);
+    case DType::kBFloat16: return bf16Value(static_cast<const uint16_t*>(base)[i]);
+    case DType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DType::kUInt8: return static_cast<const uint8_t*>(base)[i];
+    case DType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DType::kInt64: return double(static_cast<const int64_t*>(base)[i]);
+    case DType::kBool: return static_cast<const uint8_t*>(base)[i];
+  }
+  throw Error("test: unknown dtype");
+}
+
+// Stores v (rounded to nearest for the floating types) as element i of `base`. With `exact`, throws unless the
+// stored element reads back as v: expected values must be representable for exact comparisons.
+inline void storeValue(DType t, void* base, size_t i, double v, bool exact = true) {
+  switch (t) {
+    case DType::kFloat32: static_cast<float*>(base)[i] = float(v); break;
+    case DType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DType::kFloat16: static_cast<uint16_t*>(base)[i] = halfBits(v); break;
+    case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = bf16Bits(v); break;
+    case DType::kInt8: static_cast<int8_t*>(base)[i] = int8_t(v); break;
+    case DType::kUInt8: static_cast<uint8_t*>(base)[i] = uint8_t(v); break;
+    case DType::kInt32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
+    case DType::kInt64: static_cast<int64_t*>(base)[i] = int64_t(v); break;
+    case DType::kBool: static_cast<uint8_t*>(base)[i] = v != 0 ? 1 : 0; break;
+  }
+  TD_CHECK(!exact || loadValue(t, base, i) == v || t == DType::kBool, "test: ", v, " is not exact in ",
+           shm::dtypeName(t));
+}
+
+// ---- /dev/shm leak check. ----
+
+// Entries of /dev/shm with this user's tunedist prefix.
+inline std::set<std::string> shmNames() {
+  std::set<std::string> names;
+  const std::string prefix = shm::ShmSegment::userPrefix();
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (struct dirent* ent = readdir(dir)) {
+      if (std::string(ent->d_name).rfind(prefix, 0) == 0) {
+        names.insert(ent->d_name);
+      }
+    }
+    closedir(dir);
+  }
+  return names;
+}
+
+// True when this process holds a file descriptor for /dev/shm/<entry>.
+inline bool heldByUs(const std::string& entry) {
+  const std::string target = "/dev/shm/" + entry;
+  bool found = false;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (struct dirent* ent = readdir(dir)) {
+      char link[512];
+      ssize_t n = readlinkat(dirfd(dir), ent->d_name, link, sizeof(link) - 1);
+      found = found || (n > 0 && std::string(link, size_t(n)).rfind(target, 0) == 0);
+    }
+    closedir(dir);
+  }
+  return found;
+}
+
+// True when /dev/shm/<entry> exists and nobody else holds the shared lock that every tunedist user of a segment
+// keeps (or we hold it): it belongs to no live job of another process.
+inline bool orphanedOrOurs(const std::string& entry) {
+  int fd = shm_open(detail::str("/", entry).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) {
+    return false;
+  }
+  bool unlocked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  close(fd);
+  return unlocked || heldByUs(entry);
+}
+
+// Snapshot at construction; report() names the prefixed entries that appeared since and are orphaned or ours.
+// Entries that other processes of this user (a concurrent test run) create and hold are not counted.
+class ShmLeakCheck {
+ public:
+  ShmLeakCheck() : before_(shmNames()) {}
+
+  std::string report() const {
+    std::string leaked;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      leaked.clear();
+      for (const std::string& name : shmNames()) {
+        if (before_.count(name) == 0 && orphanedOrOurs(name)) {
+          leaked += (leaked.empty() ? "" : ", ") + name;
+        }
+      }
+      if (leaked.empty()) {
+        break;
+      }
+      // Another process may be between shm_open and flock: look again a moment later.
+      std::this_thread::sleep_for(Ms(100));
+    }
+    return leaked;
+  }
+
+ private:
+  std::set<std::string> before_;
+};
+
+}  // namespace tunedist::test
