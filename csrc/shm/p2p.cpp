@@ -136,7 +136,7 @@ void P2pEngine::Impl::post(OpPtr op) {
   if (op != nullptr) {
     // Only reachable from a Done callback that runs while the engine shuts down.
     std::string msg = detail::str("tunedist: ", describe(*op), " failed: the point-to-point engine is shutting down");
-    fail(std::move(op), std::make_exception_ptr(Error(msg)));
+    fail(std::move(op), errorOf<Error>(msg));
     return;
   }
   wakeProgress();
@@ -228,7 +228,7 @@ bool P2pEngine::Impl::intake() {
   for (OpPtr& op : ops) {
     if (!aborted_.empty()) {
       std::string msg = detail::str("tunedist: ", describe(*op), " failed: ", aborted_);
-      fail(std::move(op), std::make_exception_ptr(Error(msg)));
+      fail(std::move(op), errorOf<Error>(msg));
     } else if (op->isSend) {
       postSend(std::move(op));
     } else {

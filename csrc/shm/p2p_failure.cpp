@@ -30,12 +30,12 @@ long long msBetween(P2pEngine::Clock::time_point a, P2pEngine::Clock::time_point
 
 std::exception_ptr P2pEngine::Impl::opError(const P2pOp& op, const std::string& why, bool dead) const {
   std::string msg = detail::str("tunedist: ", describe(op), " failed: ", withoutPrefix(why));
-  return dead ? std::make_exception_ptr(PeerDeadError(msg)) : std::make_exception_ptr(Error(msg));
+  return dead ? errorOf<PeerDeadError>(msg) : errorOf<Error>(msg);
 }
 
 std::exception_ptr P2pEngine::Impl::timeoutError(const P2pOp& op, const std::string& why) const {
-  return std::make_exception_ptr(TimeoutError(detail::str("tunedist: ", describe(op), " timed out after ",
-                                                          msBetween(op.posted, op.deadline), " ms: ", why)));
+  return errorOf<TimeoutError>(detail::str("tunedist: ", describe(op), " timed out after ",
+                                           msBetween(op.posted, op.deadline), " ms: ", why));
 }
 
 std::string P2pEngine::Impl::receiveStall(const P2pOp& op) const {
@@ -72,7 +72,7 @@ void P2pEngine::Impl::checkDeadlines(Clock::time_point now) {
       std::exception_ptr error = timeoutError(*op, why);
       std::string broken = detail::str("an earlier send to rank ", dst, " (tag ", op->tag, ") timed out, so ",
                                        "the order of messages to it can no longer be kept");
-      fail(std::move(op), error);
+      fail(std::move(op), std::move(error));
       failOutChannel(int(dst), ch, broken, false);
       break;
     }
@@ -85,7 +85,7 @@ void P2pEngine::Impl::checkDeadlines(Clock::time_point now) {
     OpPtr op = std::move(*it);
     it = posted_.erase(it);
     std::exception_ptr error = timeoutError(*op, receiveStall(*op));
-    fail(std::move(op), error);
+    fail(std::move(op), std::move(error));
   }
   for (size_t src = 0; src < in_.size(); ++src) {
     InChannel& ch = in_[src];
@@ -95,7 +95,7 @@ void P2pEngine::Impl::checkDeadlines(Clock::time_point now) {
       std::exception_ptr error = timeoutError(
           *op, detail::str("the message from rank ", src, " stopped arriving after ", ch.consumed, " of ",
                            op->bytes, " bytes"));
-      fail(std::move(op), error);
+      fail(std::move(op), std::move(error));
     }
   }
   for (Unexpected& u : unexpected_) {
@@ -103,7 +103,7 @@ void P2pEngine::Impl::checkDeadlines(Clock::time_point now) {
       OpPtr op = std::move(u.claimedBy);
       std::exception_ptr error =
           timeoutError(*op, detail::str("the matching message from rank ", u.src, " stopped arriving"));
-      fail(std::move(op), error);
+      fail(std::move(op), std::move(error));
     }
   }
 }
@@ -139,16 +139,17 @@ void P2pEngine::Impl::checkPeers(Clock::time_point now) {
 void P2pEngine::Impl::failInChannel(int src, InChannel& ch, const std::string& why, bool dead, bool anySourceToo) {
   ch.failure = why;
   ch.failureIsDead = dead;
+  ch.failureFailsAnySource = anySourceToo;
   if (ch.inMessage) {
     if (ch.dest == InChannel::Dest::kReceive) {
       OpPtr op = std::move(ch.receive);
       std::exception_ptr error = opError(*op, why, dead);
-      fail(std::move(op), error);
+      fail(std::move(op), std::move(error));
     } else if (ch.dest == InChannel::Dest::kUnexpected) {
       if (ch.unexpected->claimedBy != nullptr) {
         OpPtr op = std::move(ch.unexpected->claimedBy);
         std::exception_ptr error = opError(*op, why, dead);
-        fail(std::move(op), error);
+        fail(std::move(op), std::move(error));
       }
       unexpected_.erase(ch.unexpected);
     }
@@ -160,7 +161,7 @@ void P2pEngine::Impl::failInChannel(int src, InChannel& ch, const std::string& w
       OpPtr op = std::move(*it);
       it = posted_.erase(it);
       std::exception_ptr error = opError(*op, why, dead);
-      fail(std::move(op), error);
+      fail(std::move(op), std::move(error));
     } else {
       ++it;
     }
@@ -174,7 +175,7 @@ void P2pEngine::Impl::failOutChannel(int dst, OutChannel& ch, const std::string&
     OpPtr op = std::move(ch.queue.front());
     ch.queue.pop_front();
     std::exception_ptr error = opError(*op, why, dead);
-    fail(std::move(op), error);
+    fail(std::move(op), std::move(error));
   }
   if (ch.ring != nullptr) {
     // A half-written message can never be finished: let the receiver fail instead of waiting for the rest.
@@ -201,13 +202,13 @@ void P2pEngine::Impl::failAll(const std::string& reason) {
   for (auto it = posted_.begin(); it != posted_.end(); it = posted_.erase(it)) {
     OpPtr op = std::move(*it);
     std::exception_ptr error = opError(*op, reason, false);
-    fail(std::move(op), error);
+    fail(std::move(op), std::move(error));
   }
   for (Unexpected& u : unexpected_) {
     if (u.claimedBy != nullptr) {
       OpPtr op = std::move(u.claimedBy);
       std::exception_ptr error = opError(*op, reason, false);
-      fail(std::move(op), error);
+      fail(std::move(op), std::move(error));
     }
   }
 }

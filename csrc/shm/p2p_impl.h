@@ -1,5 +1,5 @@
-// P2pEngine's private state, shared by p2p.cpp (the public API, the progress thread and its sleep) and
-// p2p_progress.cpp (moving bytes, matching, failures). Not a public header.
+// P2pEngine's private state, shared by p2p.cpp (the public API, the progress thread and its sleep),
+// p2p_progress.cpp (the pass, sends), p2p_recv.cpp (receives, matching) and p2p_failure.cpp. Not a public header.
 //
 // Threads: callers only append to the inbox (under mutex_) and ring localBell_. Everything else belongs to the
 // progress thread: the channels, the queued sends, the posted receives and the unexpected messages. A small
@@ -17,10 +17,21 @@
 #include <thread>
 #include <vector>
 
+#include "shm/error.h"
 #include "shm/p2p.h"
 #include "shm/p2p_ring.h"
 
 namespace tunedist::shm {
+
+// The rendezvous key under which the sender announces the ring src -> dst.
+inline std::string p2pRingKey(int src, int dst) { return detail::str("tunedist_p2p_", src, "_", dst); }
+
+// The error of a failed operation. The exception object's temporary dies in here, before Done runs: a copy freed on
+// this thread after Done handed the error on would race (for ThreadSanitizer) with the reader of what().
+template <typename E>
+std::exception_ptr errorOf(const std::string& message) {
+  return std::make_exception_ptr(E(message));
+}
 
 struct P2pOp {
   bool isSend = false;
@@ -57,7 +68,8 @@ struct InChannel {
   std::string staleName;  // an announced name that no longer existed
   P2pEngine::Clock::time_point staleSince{};
   std::string failure;    // set once the channel is unusable (attach error, sender gone); fails its receives
-  bool failureIsDead = false;
+  bool failureIsDead = false;        // fail them with PeerDeadError
+  bool failureFailsAnySource = false;  // the sender died (not closed cleanly): any-source receives fail too
   // The message being consumed.
   bool inMessage = false;
   P2pMsgHeader message{};
@@ -162,6 +174,7 @@ struct P2pEngine::Impl {
   bool stopRequested_ = false;
   std::vector<char> want_;  // want_[src]: a posted receive could take src's next message (updateWanted)
   Clock::time_point nextPeerCheck_{};
+  size_t discoverCursor_ = 0;
   bool waitvSupported_ = true;
 };
 

@@ -42,7 +42,9 @@ class Waiter {
  public:
   P2pEngine::Done done() {
     auto promise = promise_;
-    return [promise](std::exception_ptr error, int rank) { promise->set_value(Outcome{error, rank}); };
+    // The error moves on, so its last reference is never dropped on the engine's thread (libstdc++'s refcount is
+    // invisible to ThreadSanitizer, which would report the free as a race).
+    return [promise](std::exception_ptr error, int rank) { promise->set_value(Outcome{std::move(error), rank}); };
   }
   Outcome get(Ms timeout = kOpTimeout) {
     if (future_.wait_for(timeout) != std::future_status::ready) {

@@ -47,11 +47,16 @@ using Clock = std::chrono::steady_clock;
 // that hangs comes near it.
 constexpr Ms kOpTimeout{30000};
 
+// Spinning before sleeping only burns the core a waited-for rank needs when, as here, up to 8 rank threads share
+// a couple of cores; the tests' own options spin briefly (the defaults keep the long spin covered).
+constexpr int kTestSpinIters = 64;
+
 // Tiny slots: two-shot from 1 KiB, several rounds from a few KiB, so every path runs with small counts.
 inline ShmOptions smallOptions() {
   ShmOptions o;
   o.slotBytes = 4096;
   o.oneShotMaxBytes = 1024;
+  o.spinIters = kTestSpinIters;
   return o;
 }
 
@@ -60,6 +65,7 @@ inline ShmOptions mediumOptions() {
   ShmOptions o;
   o.slotBytes = 8192;
   o.oneShotMaxBytes = 8192;
+  o.spinIters = kTestSpinIters;
   return o;
 }
 
@@ -243,47 +249,56 @@ class Output {
   std::vector<uint8_t> buf_;
 };
 
-// ---- Element conversions. fp16 and bf16 are rounded to nearest even here, independently of the engine. ----
+// ---- Element conversions: fp16 and bf16 from a float, rounded to nearest even, written independently of the
+// engine's kernels. Values that are not floats are first rounded to float, which is exact for every expected
+// value the tests compare against. ----
 
-// Bits of the binary format with `mantBits` fraction and `expBits` exponent bits nearest (ties to even) to v.
-inline uint16_t toSmallFloat(double v, int mantBits, int expBits) {
-  const int bias = (1 << (expBits - 1)) - 1;
-  const uint32_t sign = std::signbit(v) ? 1u : 0u;
-  const double a = std::fabs(v);
-  uint32_t magnitude = 0;
-  if (a != 0) {
-    const int emin = 1 - bias;
-    int e = std::max(std::ilogb(a), emin);
-    double q = std::nearbyint(std::ldexp(a, mantBits - e));
-    if (q >= std::ldexp(1.0, mantBits + 1)) {
-      q /= 2;
-      ++e;
-    }
-    const uint32_t biased = q >= std::ldexp(1.0, mantBits) ? uint32_t(e + bias) : 0u;
-    const uint32_t maxBiased = (1u << expBits) - 1;
-    // Past the largest finite value: infinity, as round-to-nearest gives.
-    magnitude = biased >= maxBiased ? maxBiased << mantBits
-                                    : (biased << mantBits) | (uint32_t(q) & ((1u << mantBits) - 1));
-  }
-  return uint16_t((sign << (mantBits + expBits)) | magnitude);
+inline uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
 }
 
-inline double fromSmallFloat(uint16_t bits, int mantBits, int expBits) {
-  const int bias = (1 << (expBits - 1)) - 1;
-  const uint32_t biased = (bits >> mantBits) & ((1u << expBits) - 1);
-  const double frac = double(bits & ((1u << mantBits) - 1));
-  if (biased == (1u << expBits) - 1) {
-    return frac == 0 ? HUGE_VAL : NAN;
-  }
-  double mag = biased == 0 ? std::ldexp(frac, 1 - bias - mantBits)
-                           : std::ldexp(frac + std::ldexp(1.0, mantBits), int(biased) - bias - mantBits);
-  return (bits >> (mantBits + expBits)) ? -mag : mag;
+inline float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
 }
 
-inline uint16_t halfBits(double v) { return toSmallFloat(v, 10, 5); }
-inline double halfValue(uint16_t b) { return fromSmallFloat(b, 10, 5); }
-inline uint16_t bf16Bits(double v) { return toSmallFloat(v, 7, 8); }
-inline double bf16Value(uint16_t b) { return fromSmallFloat(b, 7, 8); }
+// Finite inputs only (the tests make no NaN); overflow gives infinity, as rounding to nearest does.
+inline uint16_t halfBits(double v) {
+  const uint32_t w = floatBits(float(v));
+  const uint32_t sign = (w >> 16) & 0x8000u;
+  const uint32_t a = w & 0x7fffffffu;
+  uint32_t h = 0;
+  if (a < 0x38800000u) {
+    // Below 2^-14: a subnormal half, in units of 2^-24 (the product is exact; nearbyint rounds to even).
+    h = uint32_t(std::nearbyint(bitsFloat(a) * 16777216.0f));
+  } else {
+    const uint32_t mant = a & 0x7fffffu;
+    h = ((((a >> 23) - 127 + 15) << 10) | (mant >> 13));
+    const uint32_t rest = mant & 0x1fffu;
+    h += (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ? 1u : 0u;  // a carry moves into the exponent
+    h = std::min(h, 0x7c00u);
+  }
+  return uint16_t(sign | h);
+}
+
+inline double halfValue(uint16_t b) {
+  const uint32_t exp = (b >> 10) & 0x1fu;
+  const uint32_t frac = b & 0x3ffu;
+  const double mag = exp == 0    ? double(frac) / 16777216.0
+                     : exp == 31 ? (frac == 0 ? HUGE_VAL : NAN)
+                                 : double(bitsFloat(((exp + 112) << 23) | (frac << 13)));
+  return (b & 0x8000u) ? -mag : mag;
+}
+
+inline uint16_t bf16Bits(double v) {
+  const uint32_t w = floatBits(float(v));
+  return uint16_t((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
+}
+
+inline double bf16Value(uint16_t b) { return bitsFloat(uint32_t(b) << 16); }
 
 inline bool isSignedType(DType t) { return t != DType::kUInt8 && t != DType::kBool; }
 

@@ -50,7 +50,7 @@ void gatherCase(Peer& p, size_t bytes, int root, bool inPlace, int salt) {
   std::vector<uint8_t> in = patternBytes(p.rank(), bytes, salt);
   const void* src = in.data();
   if (inPlace) {
-    std::memcpy(outs[size_t(p.rank())], in.data(), bytes);
+    std::copy(in.begin(), in.end(), static_cast<uint8_t*>(outs[size_t(p.rank())]));
     src = outs[size_t(p.rank())];
   }
   if (all) {

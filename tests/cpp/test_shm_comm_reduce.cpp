@@ -227,6 +227,29 @@ void checkBits(const std::string& what, int rank, DType t, const void* got, cons
 
 }  // namespace
 
+TEST_CASE("test helpers: fp16 and bf16 conversions round to nearest even", "[shm][helpers]") {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const bool halfFinite = ((b >> 10) & 0x1f) != 0x1f;
+    const bool bf16Finite = ((b >> 7) & 0xff) != 0xff;
+    if (halfFinite && halfBits(halfValue(uint16_t(b))) != b) {
+      FAIL("fp16 bits " << b << " do not survive a round trip");
+    }
+    if (bf16Finite && bf16Bits(bf16Value(uint16_t(b))) != b) {
+      FAIL("bf16 bits " << b << " do not survive a round trip");
+    }
+  }
+  CHECK(halfBits(1.0 + 1.0 / 2048) == 0x3c00);           // tie: to even (down)
+  CHECK(halfBits(1.0 + 3.0 / 2048) == 0x3c02);           // tie: to even (up)
+  CHECK(halfBits(65519.0) == 0x7bff);                     // largest finite
+  CHECK(halfBits(65520.0) == 0x7c00);                     // rounds to infinity
+  CHECK(halfBits(std::ldexp(1.0, -25)) == 0x0000);        // tie between 0 and the smallest subnormal
+  CHECK(halfBits(std::ldexp(3.0, -25)) == 0x0002);        // tie: to even
+  CHECK(halfValue(0x0001) == std::ldexp(1.0, -24));
+  CHECK(bf16Bits(1.0 + 1.0 / 256) == 0x3f80);             // tie: to even (down)
+  CHECK(bf16Bits(1.0 + 3.0 / 256) == 0x3f82);             // tie: to even (up)
+  CHECK(bf16Value(0x3f81) == 1.0 + 1.0 / 128);
+}
+
 TEST_CASE("all_reduce matches the closed form for every dtype, op and count", "[shm][all_reduce]") {
   const int size = GENERATE(1, 2, 3, 4, 8);
   const bool medium = GENERATE(false, true);

@@ -2,7 +2,9 @@
 // this CPU has, plus aliasing, single rounding of fp16/bf16, NaN propagation and the error paths.
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -96,7 +98,7 @@ uint16_t refHalf(float f) {
   std::memcpy(&u, &h, 2);
   return u;
 }
-float halfValue(uint16_t u) {
+float halfValue(uint16_t u) {  // exact
   _Float16 h;
   std::memcpy(&h, &u, 2);
   return static_cast<float>(h);
@@ -231,19 +233,23 @@ void makeCase(const ReduceArgs& a, int nsrc, size_t count, std::vector<Bytes>& i
   }
 }
 
-// Runs reduce on copies of `in`; alias < 0 writes a separate buffer, else out == srcs[alias].
-Bytes runReduce(const ReduceArgs& a, const std::vector<Bytes>& in, int alias, size_t count) {
-  const size_t bytes = count * shm::dtypeSize(a.dtype);
+// Runs reduce on copies of `in`; alias < 0 writes a separate buffer, else out == srcs[alias]. With `shift`, every
+// buffer starts one element past the allocation's (16-byte) alignment, as a tensor view may.
+Bytes runReduce(const ReduceArgs& a, const std::vector<Bytes>& in, int alias, size_t count, bool shift = false) {
+  const size_t elem = shm::dtypeSize(a.dtype), bytes = count * elem, pre = shift ? elem : 0;
   std::vector<Bytes> bufs(in);
-  for (Bytes& b : bufs) b.resize(bytes + kGuardBytes, kGuard);
-  Bytes separate(bytes + kGuardBytes, kGuard);
+  for (Bytes& b : bufs) {
+    b.insert(b.begin(), pre, kGuard);
+    b.resize(pre + bytes + kGuardBytes, kGuard);
+  }
+  Bytes separate(pre + bytes + kGuardBytes, kGuard);
   std::vector<const void*> srcs;
-  for (Bytes& b : bufs) srcs.push_back(b.data());
+  for (Bytes& b : bufs) srcs.push_back(b.data() + pre);
   Bytes& out = alias < 0 ? separate : bufs[alias];
-  shm::reduce(a, out.data(), srcs.data(), static_cast<int>(srcs.size()), count);
-  for (size_t g = bytes; g < bytes + kGuardBytes; ++g) REQUIRE(out[g] == kGuard);
-  out.resize(bytes);
-  return out;
+  shm::reduce(a, out.data() + pre, srcs.data(), static_cast<int>(srcs.size()), count);
+  for (size_t g = 0; g < pre; ++g) REQUIRE(out[g] == kGuard);
+  for (size_t g = pre + bytes; g < out.size(); ++g) REQUIRE(out[g] == kGuard);
+  return Bytes(out.begin() + pre, out.begin() + pre + bytes);
 }
 
 size_t firstMismatch(const Bytes& x, const Bytes& y, size_t elem) {
@@ -296,12 +302,15 @@ TEST_CASE("reduce matches the closed-form reference at every SIMD level", "[shm]
       for (int nsrc : kNsrcs) {
         for (size_t count : kCounts) {
           ReduceArgs a;
-          a.dtype = d, a.op = op, a.factor = 0.25, a.divisor = nsrc;
+          // divisor nsrc-1, nsrc or nsrc+1 (at least 1): AVG truncation and out-of-range averages both show up.
+          a.dtype = d, a.op = op, a.factor = 0.25, a.divisor = std::max(1, nsrc - 1 + static_cast<int>(count % 3));
           makeCase(a, nsrc, count, in, expected);
           for (SimdLevel l : levels) {
             shm::forceSimdLevel(l);
             for (int alias : {-1, 0, nsrc - 1}) {
-              checkSame(describe(a, nsrc, count, l, alias), expected, runReduce(a, in, alias, count), d);
+              const bool shift = count % 2 == 1;
+              INFO("buffers " << (shift ? "shifted by one element" : "16-byte aligned"));
+              checkSame(describe(a, nsrc, count, l, alias), expected, runReduce(a, in, alias, count, shift), d);
             }
           }
         }
@@ -311,26 +320,28 @@ TEST_CASE("reduce matches the closed-form reference at every SIMD level", "[shm]
 }
 
 TEST_CASE("fp16 and bf16 accumulate in fp32 and round once", "[shm][kernels]") {
+  // x + u/2 (u = ulp(x)) is a tie that rounds back to x after each pairwise step, but x + u/2 + u/2 = x + u is
+  // exact. x = +-2^i over 9 elements covers the F16C body (8) and the tail.
   LevelReset reset;
   for (SimdLevel l : levelsToTest()) {
     shm::forceSimdLevel(l);
-    // 1 + u/2 is a tie that rounds back to 1 after each pairwise step, but 1 + u/2 + u/2 = 1 + u is exact.
     for (DType d : {DType::kFloat16, DType::kBFloat16}) {
       const float halfUlp = d == DType::kFloat16 ? 0x1p-11f : 0x1p-8f;
       ReduceArgs a;
       a.dtype = d;
       std::vector<Bytes> in(3, Bytes(2 * 9));
       Bytes expected(2 * 9);
-      for (size_t i = 0; i < 9; ++i) {  // 9 elements: the F16C body (8) and the tail
-        putFloat(d, in[0], i, 1.0f + static_cast<float>(i));
-        putFloat(d, in[1], i, halfUlp * (1 + static_cast<float>(i >= 4)));
-        putFloat(d, in[2], i, halfUlp * (1 + static_cast<float>(i >= 4)));
-        putFloat(d, expected, i, 1.0f + static_cast<float>(i) + 2 * halfUlp * (1 + static_cast<float>(i >= 4)));
+      for (size_t i = 0; i < 9; ++i) {
+        const float x = std::ldexp(i % 2 ? -1.0f : 1.0f, static_cast<int>(i));
+        putFloat(d, in[0], i, x);
+        putFloat(d, in[1], i, x * halfUlp);
+        putFloat(d, in[2], i, x * halfUlp);
+        putFloat(d, expected, i, x + 2 * x * halfUlp);
+        INFO("expected value " << x + 2 * x * halfUlp);
+        REQUIRE(get<uint16_t>(expected, i) != get<uint16_t>(in[0], i));  // the test itself: pairwise would differ
       }
-      const Bytes out = runReduce(a, in, -1, 9);
-      checkSame(std::string("single rounding ") + shm::dtypeName(d) + " " + shm::simdLevelName(l), expected, out, d);
-      const float first = d == DType::kFloat16 ? halfValue(get<uint16_t>(out, 0)) : bf16Value(get<uint16_t>(out, 0));
-      CHECK(first == 1.0f + 2 * halfUlp);
+      checkSame(std::string("single rounding ") + shm::dtypeName(d) + " " + shm::simdLevelName(l), expected,
+                runReduce(a, in, -1, 9), d);
     }
   }
 }
@@ -357,7 +368,7 @@ TEST_CASE("MIN and MAX propagate NaN, identically at every level", "[shm][kernel
         }
         ReduceArgs a;
         a.dtype = d, a.op = op;
-        Bytes scalarOut;
+        Bytes firstOut;
         for (SimdLevel l : levels) {
           shm::forceSimdLevel(l);
           const Bytes out = runReduce(a, in, -1, count);
@@ -369,8 +380,8 @@ TEST_CASE("MIN and MAX propagate NaN, identically at every level", "[shm][kernel
             INFO(describe(a, nsrc, count, l, -1) << " index " << i << " value " << v);
             CHECK(std::isnan(v) == expectNan[i]);
           }
-          if (l == SimdLevel::kScalar) scalarOut = out;
-          checkSame("NaN bits vs scalar: " + describe(a, nsrc, count, l, -1), scalarOut, out, d);
+          if (l == levels.front()) firstOut = out;  // scalar, unless TUNEDIST_SIMD pins another
+          checkSame("NaN bits vs scalar: " + describe(a, nsrc, count, l, -1), firstOut, out, d);
         }
       }
     }
@@ -406,12 +417,12 @@ TEST_CASE("random bit patterns give the same bits at every level", "[shm][kernel
         }
         ReduceArgs a;
         a.dtype = d, a.op = op, a.factor = 1.0 / 3.0, a.divisor = 3;
-        Bytes scalarOut;
+        Bytes firstOut;
         for (SimdLevel l : levels) {
           shm::forceSimdLevel(l);
-          const Bytes out = runReduce(a, in, 0, count);
-          if (l == SimdLevel::kScalar) scalarOut = out;
-          checkSame("random bits vs scalar: " + describe(a, nsrc, count, l, 0), scalarOut, out, d);
+          const Bytes out = runReduce(a, in, 0, count, /*shift=*/true);
+          if (l == levels.front()) firstOut = out;  // scalar, unless TUNEDIST_SIMD pins another
+          checkSame("random bits vs scalar: " + describe(a, nsrc, count, l, 0), firstOut, out, d);
         }
       }
     }
@@ -437,7 +448,7 @@ TEST_CASE("unsupported combinations and bad arguments throw, naming op and dtype
   CHECK_THROWS_WITH(shm::checkReduceSupported(DType::kInt32, RedOp::kPremulSum),
                     Contains("PREMUL_SUM") && Contains("int32"));
   ReduceArgs a;  // float32 SUM
-  CHECK_THROWS_WITH(shm::reduce(a, &x, srcs, 0, 1), Contains("at least one source"));
+  CHECK_THROWS_WITH(shm::reduce(a, &x, srcs, 0, 1), Contains("between 1 and 65536 sources"));
   a.op = RedOp::kAvg, a.divisor = 0;
   CHECK_THROWS_WITH(shm::reduce(a, &x, srcs, 2, 1), Contains("divisor"));
   a.op = RedOp::kSum;
@@ -492,11 +503,25 @@ TEST_CASE("TUNEDIST_SIMD pins the level and rejects bad values", "[shm][kernels]
     envp.push_back(nullptr);
     std::string self = "/proc/self/exe", spec = "[simd-env-child]";
     argv = {self.data(), spec.data(), nullptr};
+    // The child's report goes to a file, shown only if it failed.
+    char logPath[] = "/tmp/tunedist_simd_env_XXXXXX";
+    const int logFd = mkstemp(logPath);
+    REQUIRE(logFd >= 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, logFd, 1);
+    posix_spawn_file_actions_adddup2(&actions, logFd, 2);
     pid_t pid;
-    REQUIRE(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) == 0);
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
     int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    INFO("child with TUNEDIST_SIMD=" << simd);
+    if (rc == 0) waitpid(pid, &status, 0);
+    std::string log(1 << 14, '\0');
+    log.resize(std::max<ssize_t>(0, pread(logFd, log.data(), log.size(), 0)));
+    close(logFd);
+    unlink(logPath);
+    REQUIRE(rc == 0);
+    INFO("child with TUNEDIST_SIMD=" << simd << " printed:\n" << log);
     CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   };
   runChild("bogus", "");

@@ -19,6 +19,8 @@ constexpr int kNotForced = -1;
 std::atomic<int> gForcedLevel{kNotForced};
 
 bool cpuSupports(SimdLevel level) {
+  // Normally done by libgcc before main; repeated here in case we are first called from a static initialiser.
+  __builtin_cpu_init();
   switch (level) {
     case SimdLevel::kScalar:
       return true;
@@ -122,8 +124,8 @@ void checkReduceSupported(DType dtype, RedOp op) {
 
 void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count) {
   checkReduceSupported(args.dtype, args.op);
-  TD_CHECK(nsrc >= 1, "reduce: ", redOpName(args.op), " on ", dtypeName(args.dtype), " needs at least one source, got ",
-           nsrc);
+  TD_CHECK(nsrc >= 1 && nsrc <= kernels::kMaxReduceSources, "reduce: ", redOpName(args.op), " on ",
+           dtypeName(args.dtype), " needs between 1 and ", kernels::kMaxReduceSources, " sources, got ", nsrc);
   TD_CHECK(args.op != RedOp::kAvg || args.divisor >= 1, "reduce: AVG on ", dtypeName(args.dtype),
            " needs divisor >= 1, got ", args.divisor);
   if (count == 0) return;

@@ -32,11 +32,13 @@ struct ReduceArgs {
 };
 
 // Throws tunedist::Error (naming op and dtype) for combinations without a meaning: bitwise ops on floating types,
-// AVG/PREMUL_SUM on bool.
+// AVG/PREMUL_SUM on bool, PREMUL_SUM on integers.
 void checkReduceSupported(DType dtype, RedOp op);
 
 // out[i] = srcs[0][i] (op) srcs[1][i] (op) ... (op) srcs[nsrc-1][i], for i in [0, count), left to right.
-// `out` may alias any of the srcs exactly (same pointer) but must not partially overlap one.
+// 1 <= nsrc <= 65536; nsrc == 1 copies (AVG still divides, PREMUL_SUM still multiplies). `out` may alias any of
+// the srcs exactly (same pointer) but must not partially overlap one. Integer SUM/PRODUCT wrap around; integer
+// PREMUL_SUM is refused (NCCL rounds the factor to the integer type; no single meaning is obvious).
 void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count);
 
 // The copy routine every collective uses (and the benchmark's memcpy_gbps measures). Tuned for a destination that

@@ -1,0 +1,140 @@
+// send, recv and recvAnysource: the c10d entry points of the point-to-point engine (shm::P2pEngine).
+//
+// Unlike the collectives these do not go through launch() and the worker thread: the engine's own progress thread
+// moves the bytes, and the Work completes from its Done callback. So a blocked receive never holds up the
+// collectives queued behind it, and sends and receives to different peers (batch_isend_irecv) run concurrently.
+// Sequence numbers: point-to-point operations are not ordered across the group, so they take their own per-backend
+// counter (nextP2pSeq), separate from the collectives' group sequence.
+// Caller errors throw without failing the group, unlike the collectives' guardCall: no peer is inside an
+// operation with this rank yet, and a bad send must not make the collectives of the whole group unusable.
+#include <c10/util/Exception.h>
+
+#include "backend/ops/common.h"
+
+namespace tunedist {
+namespace {
+
+constexpr const char* kSend = "send";
+constexpr const char* kRecv = "recv";
+
+// Runs `checks`; rethrows a failure with the op, rank and group size in front.
+template <typename F>
+void checkP2pCall(const TunedBackend& backend, const char* op, F&& checks) {
+  try {
+    checks();
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "tunedist: ", op, " on rank ", backend.rank(), " of ", backend.size(), ": ",
+                e.what_without_backtrace());
+  }
+}
+
+void checkTensors(const std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, op, ": expects exactly one tensor, got ", tensors.size());
+  ops::checkCpuDense(tensors[0], op, "the tensor");
+}
+
+void checkPeer(int peer, int rank, int size, const char* op, const char* role) {
+  TORCH_CHECK(peer >= 0 && peer < size, op, ": ", role, " rank ", peer, " is outside the group of ", size, " ranks");
+  // As with gloo: a rank cannot send to or receive from itself.
+  TORCH_CHECK(peer != rank, op, ": ", role, " rank ", peer, " is this rank; sending to oneself is not supported");
+}
+
+// Completes `work` from the engine's callback; `finish` (may be empty) runs first on success, e.g. to copy a
+// staged receive back into the caller's tensor.
+shm::P2pEngine::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource,
+                                std::function<void()> finish) {
+  return [work = std::move(work), setSource, finish = std::move(finish)](std::exception_ptr error, int peer) {
+    if (error == nullptr && finish) {
+      try {
+        finish();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (error != nullptr) {
+      work->completeWithError(std::move(error));
+      return;
+    }
+    if (setSource) {
+      work->setSourceRank(peer);
+    }
+    work->complete();
+  };
+}
+
+// Hands the operation to the engine. Should that throw (it cannot start its thread, say), the Work fails too, so a
+// coalesced group that holds it does not wait for it.
+template <typename F>
+void post(const c10::intrusive_ptr<TunedWork>& work, F&& start) {
+  try {
+    start();
+  } catch (...) {
+    work->completeWithError(std::current_exception());
+    throw;
+  }
+}
+
+// Posts a receive of `t` from srcRank (-1: any source).
+c10::intrusive_ptr<c10d::Work> startRecv(TunedBackend& backend, const at::Tensor& t, int srcRank, int tag) {
+  // Received into the caller's memory when it is contiguous; otherwise into a contiguous buffer copied back on
+  // completion (on the engine's thread, before the Work completes).
+  at::Tensor staged =
+      t.is_contiguous() ? t : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  const auto timeout = backend.effectiveTimeout(std::chrono::milliseconds(0));
+  const bool any = srcRank < 0;
+  const std::vector<at::Tensor> tensors{t};
+  auto work = c10::make_intrusive<TunedWork>(backend.rank(), any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
+                                             any ? "tuned:recv_anysource" : "tuned:recv", backend.nextP2pSeq(),
+                                             tensors, std::optional<std::vector<at::Tensor>>(tensors), timeout);
+  backend.trackWork(work);
+  std::function<void()> copyBack;
+  if (!staged.is_same(t)) {
+    copyBack = [t, staged]() mutable { t.copy_(staged); };
+  } else {
+    copyBack = [staged] {};  // keeps the tensor's storage alive until the bytes are in
+  }
+  post(work, [&] {
+    backend.p2p().irecv(srcRank, tag, staged.data_ptr(), ops::tensorBytes(staged),
+                        std::chrono::steady_clock::now() + timeout, completion(work, true, std::move(copyBack)));
+  });
+  return work;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  checkP2pCall(*this, kSend, [&] {
+    checkTensors(tensors, kSend);
+    checkPeer(dstRank, rank_, size_, kSend, "destination");
+  });
+  const at::Tensor& t = tensors[0];
+  // Sent from the caller's memory when it is contiguous (the caller must leave it alone until the Work
+  // completes, as with every backend); otherwise from a contiguous copy made now.
+  at::Tensor staged = ops::staged(t.resolve_conj().resolve_neg());
+  const auto timeout = effectiveTimeout(std::chrono::milliseconds(0));
+  auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::SEND, "tuned:send", nextP2pSeq(),
+                                             std::vector<at::Tensor>{t},
+                                             std::optional<std::vector<at::Tensor>>(tensors), timeout);
+  trackWork(work);
+  // The callback holds `staged`, so a copy lives until its bytes are out.
+  post(work, [&] {
+    p2p_->isend(dstRank, tag, staged.data_ptr(), ops::tensorBytes(staged), std::chrono::steady_clock::now() + timeout,
+                completion(work, false, [staged] {}));
+  });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> TunedBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  checkP2pCall(*this, kRecv, [&] {
+    checkTensors(tensors, kRecv);
+    checkPeer(srcRank, rank_, size_, kRecv, "source");
+  });
+  return startRecv(*this, tensors[0], srcRank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> TunedBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  checkP2pCall(*this, "recv (any source)", [&] { checkTensors(tensors, kRecv); });
+  return startRecv(*this, tensors[0], -1, tag);
+}
+
+}  // namespace tunedist

@@ -1,0 +1,43 @@
+"""pytest setup for tests/python.
+
+* ``tests/python`` is importable (``from dist_utils import launch``), also for spawned children.
+* The source tree's ``python/`` directory is put on sys.path only when no tunedist is installed, so CI tests the
+  installed package while a developer tree (``/tmp/inplace_build.sh`` or ``PYTHONPATH=python``) works too.
+* Every test must leave no ``/dev/shm/tunedist_*`` entry behind.
+"""
+
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+_REPO_PYTHON = _HERE.parents[1] / "python"
+
+if str(_HERE) not in sys.path:
+    sys.path.insert(0, str(_HERE))
+if importlib.util.find_spec("tunedist") is None and (_REPO_PYTHON / "tunedist").is_dir():
+    sys.path.insert(0, str(_REPO_PYTHON))
+    # Spawned children get sys.path from multiprocessing, but subprocesses started by tests need it too.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_PYTHON), os.environ.get("PYTHONPATH")]))
+
+from dist_utils import shm_entries  # noqa: E402
+
+# Segments are unlinked once every rank has mapped them, but a group another process is setting up right now may
+# show up for a moment: give new names this long to disappear before calling them leaked.
+_SHM_SETTLE_S = 3.0
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_shm():
+    before = shm_entries()
+    yield
+    leaked = shm_entries() - before
+    deadline = time.monotonic() + _SHM_SETTLE_S
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.1)
+        leaked &= shm_entries()
+    assert not leaked, f"the test left shared memory behind in /dev/shm: {sorted(leaked)}"

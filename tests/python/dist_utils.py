@@ -1,0 +1,244 @@
+"""Shared launch helper for the Python tests: run a function on N real processes of one host.
+
+    from dist_utils import launch
+    results = launch(4, _check_allreduce, torch.float32)   # [fn(0, 4, torch.float32), ..., fn(3, 4, ...)]
+
+``fn`` must be a module-level function (it is pickled by reference into ``spawn``-ed children). Each child
+imports tunedist, joins a process group over ``tcp://127.0.0.1:<free port>`` (unless ``init=False``), calls
+``fn(rank, world_size, *args)``, always destroys the group, and hands its return value back to the parent through a
+file (``torch.save``, so tensors are fine). The parent raises :class:`LaunchError` with every failing rank's
+traceback, and kills all children when the overall ``timeout_s`` passes, so a hang never blocks the suite.
+
+Children also see ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``, so an ``init=False``
+function can call ``dist.init_process_group(..., init_method="env://")`` itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.multiprocessing as mp
+
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "tunedist_"
+
+DEFAULT_TIMEOUT_S = 240.0
+# How long a group's waits may last inside the backend before it reports a timeout. Well below the launch timeout,
+# so a rank stuck on a dead or failed peer ends with the backend's own message rather than being killed.
+DEFAULT_PG_TIMEOUT_S = 90.0
+# Once one rank has failed, how long the others get to finish (or fail) before they are killed.
+FAILURE_GRACE_S = 20.0
+# How long a rank that has reported its result gets to exit.
+EXIT_GRACE_S = 30.0
+
+
+class LaunchError(AssertionError):
+    """One or more ranks failed, hung or crashed; the message holds every failing rank's story."""
+
+
+@dataclass
+class RankFailure:
+    """What ``launch(..., return_exceptions=True)`` returns in place of a failed rank's value."""
+
+    rank: int
+    exitcode: int | None  # None: killed by the launcher (timeout)
+    traceback: str | None  # None: the rank died without reporting (signal, os._exit, hang)
+    reason: str
+
+    def __str__(self) -> str:
+        text = f"rank {self.rank}: {self.reason} (exit code {self.exitcode})"
+        return text + ("\n" + self.traceback if self.traceback else "")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def shm_entries() -> set[str]:
+    """Names in /dev/shm that start with ``tunedist_`` (every segment this project creates)."""
+    try:
+        return {p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)}
+    except FileNotFoundError:
+        return set()
+
+
+def init_url(port: int) -> str:
+    return f"tcp://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def _patched_environ(env: dict[str, str] | None):
+    """Children started with ``spawn`` inherit os.environ as it is at start(); set ``env`` just for that."""
+    if not env:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = str(v)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _write_result(path: Path, payload: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    try:
+        torch.save(payload, tmp)
+    except Exception:  # the return value does not pickle: report that instead
+        torch.save({"ok": False, "traceback": "return value could not be saved:\n" + traceback.format_exc()}, tmp)
+    os.replace(tmp, path)
+
+
+def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, backend: str, init: bool,
+            pg_timeout_s: float, result_dir: str, env: dict | None) -> None:
+    import torch.distributed as dist
+
+    result_path = Path(result_dir) / f"rank{rank}.pt"
+    payload: dict[str, Any]
+    try:
+        if env:
+            os.environ.update({k: str(v) for k, v in env.items() if v is not None})
+        torch.set_num_threads(1)  # N ranks on a small machine: no intra-op thread oversubscription
+        import tunedist  # noqa: F401  (registers the "tuned" backend)
+
+        if init:
+            dist.init_process_group(backend, init_method=init_url(port), rank=rank, world_size=world_size,
+                                    timeout=timedelta(seconds=pg_timeout_s))
+        value = fn(rank, world_size, *args)
+        payload = {"ok": True, "value": value}
+    except BaseException:  # noqa: BLE001 - everything goes back to the parent
+        payload = {"ok": False, "traceback": traceback.format_exc()}
+    finally:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+        except BaseException:  # noqa: BLE001
+            if payload.get("ok", False):
+                payload = {"ok": False, "traceback": "destroy_process_group failed:\n" + traceback.format_exc()}
+    _write_result(result_path, payload)
+
+
+def _read_result(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception:  # noqa: BLE001
+        return {"ok": False, "traceback": "result file unreadable:\n" + traceback.format_exc()}
+
+
+def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout_s: float = DEFAULT_TIMEOUT_S,
+           env: dict[str, str] | None = None, init: bool = True, pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S,
+           return_exceptions: bool = False) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned processes; return their values by rank.
+
+    ``env`` is added to the children's environment (a value of None removes the variable). With
+    ``return_exceptions=True`` failed ranks yield a :class:`RankFailure` instead of raising :class:`LaunchError`.
+    """
+    assert world_size >= 1
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="tunedist_launch_") as result_dir:
+        paths = [Path(result_dir) / f"rank{r}.pt" for r in range(world_size)]
+        procs = []
+        base_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world_size)}
+        try:
+            for rank in range(world_size):
+                child_env = {**base_env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(env or {})}
+                p = ctx.Process(target=_worker, name=f"tunedist-rank{rank}",
+                                args=(rank, world_size, port, fn, args, backend, init, pg_timeout_s, result_dir,
+                                      env))
+                with _patched_environ(child_env):
+                    p.start()
+                procs.append(p)
+            killed = _wait(procs, paths, timeout_s)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                p.join(timeout=10)
+        results = [_read_result(path) for path in paths]
+
+    values: list = []
+    failures: list[RankFailure] = []
+    for rank, (p, res) in enumerate(zip(procs, results)):
+        why = killed.get(rank)
+        if res is not None and res.get("ok") and why is None and p.exitcode == 0:
+            values.append(res["value"])
+            continue
+        if res is not None and not res.get("ok"):
+            failure = RankFailure(rank, p.exitcode, res.get("traceback"), "raised")
+        elif res is not None and why is not None:
+            failure = RankFailure(rank, p.exitcode, None, f"returned but did not exit ({why})")
+        elif res is not None:
+            failure = RankFailure(rank, p.exitcode, None, "returned, then exited with a non-zero code")
+        else:
+            failure = RankFailure(rank, p.exitcode, None, why or "died without reporting a result")
+        failures.append(failure)
+        values.append(failure)
+    if failures and not return_exceptions:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise LaunchError(f"launch({world_size}, {name}) failed on {len(failures)} of {world_size} ranks:\n\n"
+                          + "\n\n".join(str(f) for f in failures))
+    return values
+
+
+def _wait(procs, paths, timeout_s: float) -> dict[int, str]:
+    """Wait for every child; kill stragglers. Returns {rank: why it was killed}."""
+    deadline = time.monotonic() + timeout_s
+    first_failure_at = None
+    reported_at: dict[int, float] = {}
+    exited: set[int] = set()
+    killed: dict[int, str] = {}
+    while True:
+        now = time.monotonic()
+        for r, p in enumerate(procs):
+            if r not in reported_at and paths[r].exists():
+                reported_at[r] = now
+                res = _read_result(paths[r])
+                if (res is None or not res.get("ok")) and first_failure_at is None:
+                    first_failure_at = now
+            if r not in exited and not p.is_alive():
+                exited.add(r)
+                res = _read_result(paths[r])
+                if (p.exitcode != 0 or res is None or not res.get("ok")) and first_failure_at is None:
+                    first_failure_at = now
+        alive = [r for r in range(len(procs)) if r not in exited]
+        if not alive:
+            return killed
+        for r in alive:
+            why = None
+            if now >= deadline:
+                why = f"killed after the launch timeout of {timeout_s:.0f} s (hang?)"
+            elif first_failure_at is not None and now - first_failure_at > FAILURE_GRACE_S:
+                why = f"killed {FAILURE_GRACE_S:.0f} s after another rank failed"
+            elif r in reported_at and now - reported_at[r] > EXIT_GRACE_S:
+                why = f"still alive {EXIT_GRACE_S:.0f} s after reporting its result"
+            if why is not None:
+                procs[r].kill()
+                procs[r].join(timeout=10)
+                killed[r] = why
+                exited.add(r)
+        time.sleep(0.02)

@@ -1,0 +1,110 @@
+"""The benchmark harness (python -m tunedist.bench) and the DDP example, run for real on 2 ranks at tiny sizes.
+
+These check the harness, not the speed: the JSON schema, #wrong == 0 for every backend, op and variant, and that
+the example trains over `tuned`. No timing is asserted.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunedist import bench
+
+REPO = Path(__file__).resolve().parents[2]
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+RUN_TIMEOUT_S = 150
+RESULT_KEYS = {"backend": str, "op": str, "dtype": str, "bytes": int, "count": int, "inplace": bool, "iters": int,
+               "time_us": float, "p50_us": float, "p99_us": float, "algbw_gbps": float, "busbw_gbps": float,
+               "wrong": int}
+
+
+def _torchrun(*argv, world_size=2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}", *argv]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH (set by conftest for a source tree) is kept
+    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stdout[-8000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,gloo", "--ops", ",".join(OPS), "-b", "8",
+                     "-e", "64K", "-n", "5", "-w", "1", "--memcpy-bytes", "8M", "--no-progress", "--json", str(out))
+    return json.loads(out.read_text()), text
+
+
+def test_bench_json_schema(bench_run):
+    data, _ = bench_run
+    assert data["world_size"] == 2
+    assert data["memcpy_gbps"] > 0
+    assert data["threads"]["torch_num_threads"] == 1 and "OMP_NUM_THREADS" in data["threads"]
+    assert isinstance(data["simd"], str) and data["torch"]
+    for row in data["results"]:
+        for key, kind in RESULT_KEYS.items():
+            assert isinstance(row[key], kind), f"{key} of {row} is not a {kind.__name__}"
+        assert row["time_us"] > 0 and row["p50_us"] > 0 and row["p99_us"] >= row["p50_us"]
+        assert math.isclose(row["algbw_gbps"], row["bytes"] / row["time_us"] / 1e3, rel_tol=1e-6)
+        factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(row["op"], 0.5)  # 2(n-1)/n, 1, (n-1)/n at n = 2
+        assert math.isclose(row["busbw_gbps"], row["algbw_gbps"] * factor, rel_tol=1e-6)
+    bound = data["bound"]
+    assert math.isclose(bound["factor"], 4 / 11) and bound["busbw_gbps"] > 0
+    assert set(bound["largest"]) == {"tuned", "gloo"}
+    assert all(b["bytes"] == 64 << 10 and b["ratio"] > 0 for b in bound["largest"].values())
+
+
+def test_bench_every_point_is_correct(bench_run):
+    data, _ = bench_run
+    wrong = [r for r in data["results"] if r["wrong"] != 0]
+    assert not wrong, f"wrong elements: {wrong}"
+    seen = {(r["backend"], r["op"], r["inplace"]) for r in data["results"]}
+    expected = {(b, op, ip) for b in ("tuned", "gloo") for op in OPS for ip in bench.VARIANTS[op]}
+    assert seen == expected
+    for backend in ("tuned", "gloo"):
+        sizes = sorted(r["bytes"] for r in data["results"] if (r["backend"], r["op"], r["inplace"]) ==
+                       (backend, "all_reduce", True))
+        assert sizes == [8 << i for i in range(14)]  # 8 B .. 64 KiB, factor 2
+
+
+def test_bench_prints_tables(bench_run):
+    _, text = bench_run
+    for backend in ("tuned", "gloo"):
+        for op in OPS:
+            assert f"# backend {backend}: {op}" in text
+    assert "# summary: tuned vs gloo" in text
+    assert "#wrong" in text and "busbw" in text
+
+
+@pytest.mark.parametrize("text,value", [("8", 8), ("4K", 4096), ("64KiB", 65536), ("256M", 256 << 20),
+                                        ("1g", 1 << 30), ("2MB", 2 << 20)])
+def test_parse_size(text, value):
+    assert bench.parse_size(text) == value
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--ops", "all_reduce,alltoall"], "unknown op"),
+    (["--backends", "tuned,nosuch"], "unknown backend"),
+    (["--backends", "gloo", "-b", "1M", "-e", "4K"], "--min-bytes"),
+    (["-e", "12Q"], "bad size"),
+], ids=["op", "backend", "range", "size"])
+def test_bench_rejects_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_train_ddp_runs_on_tuned(tmp_path):
+    out = tmp_path / "train.json"
+    text = _torchrun("examples/train_ddp.py", "--backend", "tuned", "--steps", "3", "--warmup-steps", "1",
+                     "--batch-size", "2", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert result["backend"] == "tuned" and result["world_size"] == 2 and result["timed_steps"] == 2
+    assert result["samples_per_s"] > 0 and math.isfinite(result["final_loss"])
+    assert "samples/s" in text

@@ -1,0 +1,629 @@
+"""Every collective of the ``tuned`` backend, in real processes, against closed-form values.
+
+One launch per world size (1, 2, 3, 4) runs every check below inside the ranks (``_run_all_checks``); each pytest
+test then reports one section of that run, so a failure names its collective, dtype, size, root and rank while the
+suite pays for process start-up only four times. Each rank computes the expected values itself from the inputs of
+every rank, which are deterministic functions of (case, rank). Reductions are compared bit for bit: the engine
+reduces in rank order 0..P-1, accumulating fp16/bf16 in fp32 and rounding once, and so do the references here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import traceback
+import zlib
+from collections import defaultdict
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_utils import free_port, init_url, launch
+
+WORLD_SIZES = [pytest.param(n, id=f"w{n}") for n in (1, 2, 3, 4)]
+# 300_000 elements exceed one 1 MiB slot (and the 256 KiB one-shot limit) for 4-byte types: the two-shot path.
+SIZES = (0, 1, 1001, 300_000)
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+INTS = (torch.int8, torch.uint8, torch.int32, torch.int64)
+PREMUL_FACTOR = 0.3  # not exact in binary: checks that the factor is rounded to the accumulator type once
+
+R = dist.ReduceOp
+FLOAT_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM")
+INT_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
+BOOL_OPS = ("SUM", "MAX", "MIN", "PRODUCT")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Deterministic inputs and reference reductions (used inside the ranks).
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def make_input(dtype: torch.dtype, n: int, rank: int, tag: str = "", kind: str = "gen") -> torch.Tensor:
+    """Rank `rank`'s input for case `tag`: n elements of dtype; kind "prod" keeps products small."""
+    g = torch.Generator().manual_seed(_seed(str(dtype), n, rank, tag, kind))
+    if dtype == torch.bool:
+        return torch.rand(n, generator=g) < 0.8
+    if dtype.is_floating_point:
+        if kind == "prod":
+            return (torch.rand(n, generator=g) + 0.5).to(dtype)
+        return (torch.randn(n, generator=g) * 4).to(dtype)
+    info = torch.iinfo(dtype)
+    if kind == "prod":
+        lo, hi = {torch.int8: (-4, 5), torch.uint8: (0, 16), torch.int32: (-300, 301)}.get(dtype, (-1000, 1001))
+    elif dtype == torch.int64:
+        lo, hi = -(2**60), 2**60  # four of them add up without overflowing the int64 reference
+    else:
+        lo, hi = info.min, info.max + 1  # full range: SUM must wrap like the two's-complement hardware
+    return torch.randint(lo, hi, (n,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def make_op(name: str):
+    return dist._make_nccl_premul_sum(PREMUL_FACTOR) if name == "PREMUL_SUM" else getattr(R, name)
+
+
+def input_kind(op: str) -> str:
+    return "prod" if op == "PRODUCT" else "gen"
+
+
+def reference(op: str, terms: list[torch.Tensor]) -> torch.Tensor:
+    """The engine's reduction of `terms` (in rank order), computed with torch."""
+    dtype = terms[0].dtype
+    n = len(terms)
+    if dtype == torch.bool:
+        fold = {"SUM": torch.logical_or, "MAX": torch.logical_or, "BOR": torch.logical_or,
+                "PRODUCT": torch.logical_and, "MIN": torch.logical_and, "BAND": torch.logical_and,
+                "BXOR": torch.logical_xor}[op]
+        acc = terms[0].clone()
+        for t in terms[1:]:
+            acc = fold(acc, t)
+        return acc
+    if dtype.is_floating_point:
+        acc_t = torch.float64 if dtype == torch.float64 else torch.float32
+        xs = [t.to(acc_t) for t in terms]
+        if op == "PREMUL_SUM":
+            f = torch.tensor(PREMUL_FACTOR, dtype=acc_t)
+            xs = [x * f for x in xs]
+    else:
+        xs = [t.to(torch.int64) for t in terms]  # then narrowed modulo 2^bits, like the engine's wrapping ops
+    combine = {"SUM": torch.add, "AVG": torch.add, "PREMUL_SUM": torch.add, "PRODUCT": torch.mul,
+               "MIN": torch.minimum, "MAX": torch.maximum, "BAND": torch.bitwise_and, "BOR": torch.bitwise_or,
+               "BXOR": torch.bitwise_xor}[op]
+    acc = xs[0].clone()
+    for x in xs[1:]:
+        acc = combine(acc, x)
+    if op == "AVG":
+        acc = acc / torch.full_like(acc, n)  # tensor / tensor: an IEEE division per element, as in the kernel
+    return acc.to(dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8)
+
+
+class Checker:
+    """Records mismatches per section instead of stopping at the first; every message names the rank."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank = rank
+        self.world_size = world_size
+        self.failures: dict[str, list[str]] = defaultdict(list)
+        self.digests: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        self.ran: list[str] = []
+        self.section = ""
+
+    def fail(self, msg: str) -> None:
+        if len(self.failures[self.section]) < 25:
+            self.failures[self.section].append(f"rank {self.rank}: {msg}")
+
+    def equal(self, actual: torch.Tensor, expected: torch.Tensor, what: str) -> bool:
+        if actual.dtype != expected.dtype or actual.shape != expected.shape:
+            self.fail(f"{what}: got {actual.dtype}{tuple(actual.shape)}, expected {expected.dtype}"
+                      f"{tuple(expected.shape)}")
+            return False
+        a, e = _bits(actual), _bits(expected)
+        if torch.equal(a, e):
+            return True
+        flat_a, flat_e = actual.reshape(-1), expected.reshape(-1)
+        es = actual.element_size() if actual.dtype != torch.bool else 1
+        bad = (a.view(-1, es) != e.view(-1, es)).any(dim=1).nonzero().reshape(-1)
+        i = int(bad[0])
+        self.fail(f"{what}: {bad.numel()} of {actual.numel()} elements differ; first at flat index {i}: got "
+                  f"{flat_a[i].item()!r}, expected {flat_e[i].item()!r}")
+        return False
+
+    def true(self, cond: bool, what: str) -> None:
+        if not cond:
+            self.fail(what)
+
+    def digest(self, name: str, t: torch.Tensor) -> None:
+        self.digests[self.section].append((name, hashlib.sha1(_bits(t).numpy().tobytes()).hexdigest()))
+
+    def run(self, name: str, fn) -> None:
+        self.section = name
+        self.ran.append(name)
+        try:
+            fn(self)
+        except Exception:  # noqa: BLE001 - reported with the section; later sections still run
+            self.fail("raised:\n" + traceback.format_exc())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The checks, one function per section; each runs on every rank in the same order.
+
+
+def _reduce_cases():
+    for dtype in FLOATS:
+        for op in FLOAT_OPS:
+            yield dtype, op
+    for dtype in INTS:
+        for op in INT_OPS:
+            yield dtype, op
+    for op in BOOL_OPS:
+        yield torch.bool, op
+
+
+def check_all_reduce(c: Checker) -> None:
+    w = c.world_size
+    for dtype, op in _reduce_cases():
+        kind = input_kind(op)
+        for n in SIZES:
+            inputs = [make_input(dtype, n, r, "ar", kind) for r in range(w)]
+            t = inputs[c.rank].clone()
+            dist.all_reduce(t, op=make_op(op))
+            name = f"all_reduce {op} {dtype} n={n}"
+            c.equal(t, reference(op, inputs), name)
+            c.digest(name, t)
+
+
+def check_all_reduce_coalesced(c: Checker) -> None:
+    w = c.world_size
+    for dtype, op in ((torch.float32, "SUM"), (torch.bfloat16, "AVG"), (torch.int64, "MAX")):
+        shapes = [(3, 5), (0,), (1001,), (7, 0, 2), (300_000,)]
+        inputs = [[make_input(dtype, int(torch.Size(s).numel()), r, f"arc{i}").view(s) for i, s in
+                   enumerate(shapes)] for r in range(w)]
+        ts = [x.clone() for x in inputs[c.rank]]
+        dist.all_reduce_coalesced(ts, op=make_op(op))
+        for i, t in enumerate(ts):
+            c.equal(t, reference(op, [inputs[r][i] for r in range(w)]), f"all_reduce_coalesced {op} {dtype} "
+                    f"tensor {i} shape {shapes[i]}")
+
+
+def check_broadcast(c: Checker) -> None:
+    for root in range(c.world_size):
+        for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.uint8):
+            for n in SIZES:
+                t = make_input(dtype, n, c.rank, "bc")
+                dist.broadcast(t, src=root)
+                c.equal(t, make_input(dtype, n, root, "bc"), f"broadcast root={root} {dtype} n={n}")
+
+
+def check_reduce(c: Checker) -> None:
+    w = c.world_size
+    for root in range(w):
+        for dtype, op in ((torch.float32, "SUM"), (torch.bfloat16, "SUM"), (torch.int32, "MAX"),
+                          (torch.float64, "PRODUCT")):
+            for n in SIZES:
+                inputs = [make_input(dtype, n, r, "red", input_kind(op)) for r in range(w)]
+                t = inputs[c.rank].clone()
+                dist.reduce(t, dst=root, op=make_op(op))
+                what = f"reduce {op} root={root} {dtype} n={n}"
+                if c.rank == root:
+                    c.equal(t, reference(op, inputs), what)
+                else:
+                    c.equal(t, inputs[c.rank], what + " (non-root tensor must be unchanged)")
+
+
+def check_all_gather(c: Checker) -> None:
+    w = c.world_size
+    for dtype in (torch.float32, torch.float16, torch.int64, torch.bool):
+        for n in SIZES:
+            outs = [torch.empty(n, dtype=dtype) for _ in range(w)]
+            dist.all_gather(outs, make_input(dtype, n, c.rank, "ag"))
+            for p in range(w):
+                c.equal(outs[p], make_input(dtype, n, p, "ag"), f"all_gather {dtype} n={n} block {p}")
+
+
+def check_all_gather_into_tensor(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    for dtype in (torch.float32, torch.bfloat16, torch.int8, torch.bool):
+        for n in SIZES:
+            expected = torch.cat([make_input(dtype, n, p, "agt") for p in range(w)])
+            mine = make_input(dtype, n, rank, "agt")
+            out = torch.empty(w * n, dtype=dtype)
+            dist.all_gather_into_tensor(out, mine)
+            c.equal(out, expected, f"all_gather_into_tensor {dtype} n={n}")
+            # Stacked output shape (w, n).
+            out2 = torch.empty(w, n, dtype=dtype)
+            dist.all_gather_into_tensor(out2, mine)
+            c.equal(out2, expected.view(w, n), f"all_gather_into_tensor stacked {dtype} n={n}")
+            # In place: the input is our own block of the output (FSDP2).
+            out3 = torch.zeros(w * n, dtype=dtype)
+            block = out3.chunk(w)[rank] if n > 0 else out3.view(w, n)[rank]
+            block.copy_(mine)
+            dist.all_gather_into_tensor(out3, block)
+            c.equal(out3, expected, f"all_gather_into_tensor in-place {dtype} n={n}")
+    # uint8 views of float tensors (how FSDP flattens mixed dtypes).
+    for n in (0, 1, 1001, 300_000):
+        mine = make_input(torch.float32, n, rank, "agu8")
+        out = torch.empty(w * n * 4, dtype=torch.uint8)
+        dist.all_gather_into_tensor(out, mine.view(torch.uint8))
+        expected = torch.cat([make_input(torch.float32, n, p, "agu8") for p in range(w)])
+        c.equal(out.view(torch.float32), expected, f"all_gather_into_tensor uint8 view of float32 n={n}")
+
+
+def check_all_gather_coalesced(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    specs = [(torch.float32, 1001), (torch.bfloat16, 0), (torch.int64, 300_000), (torch.uint8, 17)]
+    outs = [torch.empty(w * n, dtype=dt) for dt, n in specs]
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        for (dt, n), out in zip(specs, outs):
+            dist.all_gather_into_tensor(out, make_input(dt, n, rank, "agc"))
+    cm.wait()
+    for (dt, n), out in zip(specs, outs):
+        expected = torch.cat([make_input(dt, n, p, "agc") for p in range(w)])
+        c.equal(out, expected, f"coalesced all_gather_into_tensor {dt} n={n}")
+
+
+def check_gather_scatter(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    for root in range(w):
+        for dtype in (torch.float32, torch.int64):
+            for n in SIZES:
+                outs = [torch.empty(n, dtype=dtype) for _ in range(w)] if rank == root else None
+                dist.gather(make_input(dtype, n, rank, "ga"), outs, dst=root)
+                if rank == root:
+                    for p in range(w):
+                        c.equal(outs[p], make_input(dtype, n, p, "ga"), f"gather root={root} {dtype} n={n} "
+                                f"block {p}")
+                ins = [make_input(dtype, n, p, f"sc{root}") for p in range(w)] if rank == root else None
+                out = torch.empty(n, dtype=dtype)
+                dist.scatter(out, ins, src=root)
+                c.equal(out, make_input(dtype, n, rank, f"sc{root}"), f"scatter root={root} {dtype} n={n}")
+
+
+def check_reduce_scatter(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    for dtype, op in ((torch.float32, "SUM"), (torch.bfloat16, "AVG"), (torch.int32, "MAX"),
+                      (torch.float16, "PREMUL_SUM"), (torch.int8, "SUM")):
+        for n in SIZES:
+            blocks = [[make_input(dtype, n, r, f"rs{p}") for p in range(w)] for r in range(w)]
+            expected = reference(op, [blocks[r][rank] for r in range(w)])
+            out = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter(out, [b.clone() for b in blocks[rank]], op=make_op(op))
+            c.equal(out, expected, f"reduce_scatter {op} {dtype} n={n}")
+            # reduce_scatter_tensor; its input is the concatenation of the blocks.
+            inp = torch.cat(blocks[rank])
+            out = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter_tensor(out, inp.clone(), op=make_op(op))
+            c.equal(out, expected, f"reduce_scatter_tensor {op} {dtype} n={n}")
+            # ... with the output aliasing our own block of the input.
+            if n > 0:
+                inp2 = inp.clone()
+                own = inp2.chunk(w)[rank]
+                dist.reduce_scatter_tensor(own, inp2, op=make_op(op))
+                c.equal(own, expected, f"reduce_scatter_tensor output=input.chunk(w)[rank] {op} {dtype} n={n}")
+    # Coalesced reduce_scatter_tensor.
+    specs = [(torch.float32, 1001), (torch.float32, 0), (torch.float32, 300_000), (torch.float32, 3)]
+    outs = [torch.empty(n, dtype=dt) for dt, n in specs]
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        for i, ((dt, n), out) in enumerate(zip(specs, outs)):
+            dist.reduce_scatter_tensor(out, make_input(dt, w * n, rank, f"rsc{i}"))
+    cm.wait()
+    for i, ((dt, n), out) in enumerate(zip(specs, outs)):
+        full = [make_input(dt, w * n, r, f"rsc{i}") for r in range(w)]
+        expected = reference("SUM", [f[rank * n:(rank + 1) * n] for f in full])
+        c.equal(out, expected, f"coalesced reduce_scatter_tensor {dt} n={n}")
+
+
+def _a2a_rows(src: int, dst: int, big: bool) -> int:
+    """Rows rank src sends to rank dst; some pairs send nothing."""
+    if (src + 2 * dst) % 3 == 0:
+        return 0
+    return (60_000 if big else 5) + 7 * src + 3 * dst
+
+
+def check_all_to_all(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    for dtype in (torch.float32, torch.int16, torch.bool):
+        # Lists, with a different size per pair (some empty).
+        ins = [make_input(dtype, _a2a_rows(rank, p, False), rank, f"a2a{p}") for p in range(w)]
+        outs = [torch.empty(_a2a_rows(p, rank, False), dtype=dtype) for p in range(w)]
+        dist.all_to_all(outs, ins)
+        for p in range(w):
+            c.equal(outs[p], make_input(dtype, _a2a_rows(p, rank, False), p, f"a2a{rank}"),
+                    f"all_to_all {dtype} block from {p}")
+
+
+def check_all_to_all_single(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    cols = 4
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        # Even splits.
+        for k in (0, 1, 50_000):
+            inp = make_input(dtype, w * k * cols, rank, "a2as").view(w * k, cols)
+            out = torch.empty_like(inp)
+            dist.all_to_all_single(out, inp)
+            expected = torch.cat([make_input(dtype, w * k * cols, p, "a2as").view(w * k, cols)[rank * k:(rank + 1) * k]
+                                  for p in range(w)])
+            c.equal(out, expected, f"all_to_all_single even {dtype} rows/peer={k}")
+        # Uneven, with zero splits; big enough that some transfers exceed a slot.
+        for big in (False, True):
+            in_splits = [_a2a_rows(rank, p, big) for p in range(w)]
+            out_splits = [_a2a_rows(p, rank, big) for p in range(w)]
+            inputs = [make_input(dtype, sum(_a2a_rows(r, p, big) for p in range(w)) * cols, r, f"a2au{big}")
+                      .view(-1, cols) for r in range(w)]
+            out = torch.empty(sum(out_splits), cols, dtype=dtype)
+            dist.all_to_all_single(out, inputs[rank], out_splits, in_splits)
+            parts = []
+            for p in range(w):
+                start = sum(_a2a_rows(p, q, big) for q in range(rank))
+                parts.append(inputs[p][start:start + _a2a_rows(p, rank, big)])
+            c.equal(out, torch.cat(parts), f"all_to_all_single uneven {dtype} big={big} splits in={in_splits} "
+                    f"out={out_splits}")
+    # All splits zero.
+    out = torch.empty(0, cols)
+    dist.all_to_all_single(out, torch.empty(0, cols), [0] * w, [0] * w)
+
+
+def check_barrier_and_objects(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    for _ in range(3):
+        dist.barrier()
+    work = dist.barrier(async_op=True)
+    work.wait()
+    objs = [None] * w
+    dist.all_gather_object(objs, {"rank": rank, "payload": list(range(rank * 3)), "s": "x" * (rank * 1000)})
+    for p in range(w):
+        c.true(objs[p] == {"rank": p, "payload": list(range(p * 3)), "s": "x" * (p * 1000)},
+               f"all_gather_object slot {p} holds {objs[p]!r:.80}")
+    for root in range(w):
+        lst = [("from", rank), {"big": list(range(5000))}, None] if rank == root else [None, None, None]
+        dist.broadcast_object_list(lst, src=root)
+        c.true(lst == [("from", root), {"big": list(range(5000))}, None],
+               f"broadcast_object_list root={root} gave {lst!r:.80}")
+
+
+def check_functional(c: Checker) -> None:
+    import torch.distributed._functional_collectives as funcol
+
+    w, rank = c.world_size, c.rank
+    group = dist.group.WORLD
+    for n in (0, 1001, 300_000):
+        inputs = [make_input(torch.float32, n, r, "fc") for r in range(w)]
+        out = funcol.all_reduce(inputs[rank].clone(), "sum", group=group).wait()
+        c.equal(out, reference("SUM", inputs), f"funcol.all_reduce n={n}")
+        out = funcol.all_gather_tensor(inputs[rank], 0, group=group).wait()
+        c.equal(out, torch.cat(inputs), f"funcol.all_gather_tensor n={n}")
+        full = [make_input(torch.float32, w * n, r, "fcrs") for r in range(w)]
+        out = funcol.reduce_scatter_tensor(full[rank], "sum", 0, group=group).wait()
+        c.equal(out, reference("SUM", [f[rank * n:(rank + 1) * n] for f in full]), f"funcol.reduce_scatter_tensor n={n}")
+
+
+def check_zero_size(c: Checker) -> None:
+    """Every op with zero-element tensors, including 2-D empties; none may hang or fail."""
+    w, rank = c.world_size, c.rank
+    e = torch.empty(0, 3)
+    dist.all_reduce(e)
+    dist.all_reduce_coalesced([e, torch.empty(0)])
+    dist.broadcast(e, src=w - 1)
+    dist.reduce(e, dst=0)
+    outs = [torch.empty(0, 3) for _ in range(w)]
+    dist.all_gather(outs, e)
+    dist.all_gather_into_tensor(torch.empty(0, 3), e)
+    dist.gather(e, outs if rank == 0 else None, dst=0)
+    dist.scatter(torch.empty(0, 3), outs if rank == 0 else None, src=0)
+    dist.reduce_scatter(torch.empty(0, 3), [torch.empty(0, 3) for _ in range(w)])
+    dist.reduce_scatter_tensor(torch.empty(0, 3), torch.empty(0, 3))
+    dist.all_to_all([torch.empty(0) for _ in range(w)], [torch.empty(0) for _ in range(w)])
+    dist.all_to_all_single(torch.empty(0), torch.empty(0))
+    for work in (dist.all_reduce(torch.empty(0), async_op=True), dist.broadcast(torch.empty(0), 0, async_op=True)):
+        work.wait()
+        c.true(work.is_completed(), "a zero-size async op is not completed after wait()")
+
+
+def check_non_contiguous(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        for rows, cols in ((3, 5), (600, 1000)):
+            # all_reduce of a transposed 2-D tensor.
+            bases = [make_input(dtype, rows * cols, r, "nc").view(rows, cols) for r in range(w)]
+            t = bases[rank].clone().t()
+            dist.all_reduce(t)
+            c.equal(t, reference("SUM", [b.t() for b in bases]), f"all_reduce transposed {dtype} {rows}x{cols}")
+            # all_reduce of a strided slice; the elements in between must stay untouched.
+            full = bases[rank].clone().view(-1)
+            sl = full[::2]
+            dist.all_reduce(sl, op=R.MAX)
+            expect = bases[rank].clone().view(-1)
+            expect[::2] = reference("MAX", [b.view(-1)[::2] for b in bases])
+            c.equal(full, expect, f"all_reduce on x[::2] {dtype} n={rows * cols}")
+            # broadcast into a transposed tensor.
+            for root in range(w):
+                t = make_input(dtype, rows * cols, rank, "ncb").view(rows, cols).t()
+                dist.broadcast(t, src=root)
+                c.equal(t, make_input(dtype, rows * cols, root, "ncb").view(rows, cols).t(),
+                        f"broadcast transposed root={root} {dtype} {rows}x{cols}")
+            # all_gather into transposed outputs from a transposed input.
+            outs = [torch.empty(cols, rows, dtype=dtype).t() for _ in range(w)]
+            dist.all_gather(outs, bases[rank].t().contiguous().t())
+            for p in range(w):
+                c.equal(outs[p], bases[p], f"all_gather into transposed outputs {dtype} {rows}x{cols} block {p}")
+            outs = [torch.empty(rows, cols, dtype=dtype) for _ in range(w)]
+            dist.all_gather(outs, bases[rank].t().contiguous().t())
+            for p in range(w):
+                c.equal(outs[p], bases[p], f"all_gather from a non-contiguous input {dtype} {rows}x{cols} block {p}")
+
+
+def check_async(c: Checker) -> None:
+    w, rank = c.world_size, c.rank
+    inputs = [[make_input(torch.float32, n, r, f"as{i}") for r in range(w)] for i, n in enumerate(SIZES)]
+    ts = [inp[rank].clone() for inp in inputs]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    bt = make_input(torch.int64, 1001, rank, "asb")
+    works.append(dist.broadcast(bt, src=0, async_op=True))
+    outs = [torch.empty(1001) for _ in range(w)]
+    works.append(dist.all_gather(outs, make_input(torch.float32, 1001, rank, "asg"), async_op=True))
+    for i, work in enumerate(works):
+        work.wait()
+        c.true(work.is_completed(), f"work {i} is not completed after wait()")
+        c.true(work.is_success(), f"work {i} is not successful after wait()")
+    for i, (t, work) in enumerate(zip(ts, works)):
+        c.equal(t, reference("SUM", inputs[i]), f"async all_reduce n={SIZES[i]}")
+        res = work.get_future().wait()
+        c.true(isinstance(res, list) and len(res) == 1 and res[0] is not None and res[0].data_ptr() == t.data_ptr(),
+               f"async all_reduce n={SIZES[i]}: get_future().wait() gave {type(res)} instead of [the tensor]")
+        if isinstance(res, list) and len(res) == 1:
+            c.equal(res[0], t, f"async all_reduce n={SIZES[i]} future value")
+    c.equal(bt, make_input(torch.int64, 1001, 0, "asb"), "async broadcast")
+    for p in range(w):
+        c.equal(outs[p], make_input(torch.float32, 1001, p, "asg"), f"async all_gather block {p}")
+
+
+def check_groups(c: Checker) -> None:
+    """new_group: every subset (contiguous or not, overlapping), twice: 2 x (2^w - 1) groups alive at once."""
+    w, rank = c.world_size, c.rank
+    subsets = [list(s) for k in range(1, w + 1) for s in itertools.combinations(range(w), k)]
+    groups = [(s, dist.new_group(s)) for s in subsets * 2]
+    for gi, (members, g) in enumerate(groups):
+        if rank not in members:
+            continue
+        t = torch.full((257,), float(rank + 1 + gi))
+        dist.all_reduce(t, group=g)
+        expected = torch.full((257,), float(sum(m + 1 + gi for m in members)))
+        c.equal(t, expected, f"all_reduce in group {gi} {members}")
+        c.true(dist.get_world_size(g) == len(members) and dist.get_rank(g) == members.index(rank),
+               f"group {members}: size {dist.get_world_size(g)}, rank {dist.get_rank(g)}")
+        root = members[-1]  # a global rank
+        b = torch.full((33,), float(rank))
+        dist.broadcast(b, src=root, group=g)
+        c.equal(b, torch.full((33,), float(root)), f"broadcast in group {members} from global rank {root}")
+        outs = [torch.empty(5, dtype=torch.int64) for _ in members]
+        dist.all_gather(outs, torch.full((5,), rank, dtype=torch.int64), group=g)
+        c.equal(torch.stack(outs), torch.tensor(members).repeat_interleave(5).view(-1, 5),
+                f"all_gather in group {members}")
+    # The world group still works after all that.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    c.equal(t, torch.full((3,), float(w)), "world all_reduce after the sub-groups")
+    for _, g in groups:
+        if g != dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(g)
+
+
+SECTIONS = {
+    "all_reduce": check_all_reduce,
+    "all_reduce_coalesced": check_all_reduce_coalesced,
+    "broadcast": check_broadcast,
+    "reduce": check_reduce,
+    "all_gather": check_all_gather,
+    "all_gather_into_tensor": check_all_gather_into_tensor,
+    "all_gather_coalesced": check_all_gather_coalesced,
+    "gather_scatter": check_gather_scatter,
+    "reduce_scatter": check_reduce_scatter,
+    "all_to_all": check_all_to_all,
+    "all_to_all_single": check_all_to_all_single,
+    "barrier_and_objects": check_barrier_and_objects,
+    "functional": check_functional,
+    "zero_size": check_zero_size,
+    "non_contiguous": check_non_contiguous,
+    "async": check_async,
+    "groups": check_groups,
+}
+
+
+def _run_all_checks(rank: int, world_size: int) -> dict:
+    c = Checker(rank, world_size)
+    for name, fn in SECTIONS.items():
+        c.run(name, fn)
+    return {"failures": dict(c.failures), "digests": dict(c.digests), "ran": c.ran}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pytest side: one launch per world size, one test per section.
+
+
+@pytest.fixture(scope="module", params=WORLD_SIZES)
+def matrix(request):
+    world_size = request.param
+    try:
+        return world_size, launch(world_size, _run_all_checks, timeout_s=420), None
+    except AssertionError as exc:
+        return world_size, None, exc
+
+
+@pytest.mark.parametrize("section", list(SECTIONS))
+def test_collective(matrix, section):
+    world_size, results, error = matrix
+    if error is not None:
+        pytest.fail(f"the world-size-{world_size} run failed:\n{error}", pytrace=False)
+    problems = []
+    for rank, res in enumerate(results):
+        if section not in res["ran"]:
+            problems.append(f"rank {rank}: section did not run")
+        problems.extend(res["failures"].get(section, []))
+    # Every rank must end with bit-identical results.
+    digests = [res["digests"].get(section, []) for res in results]
+    for rank in range(1, world_size):
+        for (name, d0), (_, dr) in zip(digests[0], digests[rank]):
+            if d0 != dr:
+                problems.append(f"{name}: rank {rank}'s result differs bitwise from rank 0's")
+    if problems:
+        pytest.fail(f"{section} with world size {world_size}:\n" + "\n".join(problems), pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Initialisation variants, each in its own launch.
+
+
+def _reinit_and_backend_strings(rank: int, world_size: int, ports: list[int]) -> list[str]:
+    backends = ["cpu:tuned", "tuned"]
+    if dist.is_nccl_available():
+        backends.insert(1, "cpu:tuned,cuda:nccl")
+    for backend, port in zip(backends, ports):
+        dist.init_process_group(backend, init_method=init_url(port), rank=rank, world_size=world_size)
+        try:
+            assert dist.get_backend() in (backend, "tuned"), dist.get_backend()
+            cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+            assert cpu_backend.name() == "tuned", f"{backend}: the CPU backend is {cpu_backend.name()}"
+            t = torch.full((1001,), float(rank + 1))
+            dist.all_reduce(t)
+            assert torch.equal(t, torch.full((1001,), float(world_size * (world_size + 1) // 2))), (backend, t[:4])
+            b = torch.full((5,), rank)
+            dist.broadcast(b, src=world_size - 1)
+            assert torch.equal(b, torch.full((5,), world_size - 1)), (backend, b)
+        finally:
+            dist.destroy_process_group()
+        assert not dist.is_initialized()
+    return backends
+
+
+def test_destroy_then_init_again_with_backend_strings():
+    ports = [free_port() for _ in range(3)]
+    results = launch(2, _reinit_and_backend_strings, ports, init=False)
+    assert results[0] == results[1]
+
+
+def _debug_detail(rank: int, world_size: int) -> None:
+    from torch.distributed import DebugLevel, get_debug_level
+
+    assert get_debug_level() == DebugLevel.DETAIL
+    inputs = [make_input(torch.float32, 1001, r, "dbg") for r in range(world_size)]
+    t = inputs[rank].clone()
+    dist.all_reduce(t)
+    assert torch.equal(t, reference("SUM", inputs))
+    b = make_input(torch.float32, 1001, rank, "dbgb")
+    dist.broadcast(b, src=1)
+    assert torch.equal(b, make_input(torch.float32, 1001, 1, "dbgb"))
+    outs = [torch.empty(1001) for _ in range(world_size)]
+    dist.all_gather(outs, inputs[rank])
+    for p in range(world_size):
+        assert torch.equal(outs[p], inputs[p])
+
+
+def test_torch_distributed_debug_detail():
+    launch(2, _debug_detail, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})

@@ -1,0 +1,309 @@
+"""Failure handling of the ``tuned`` backend with real processes: dead peers, slow peers, timeouts, ranks that
+disagree, caller errors on one rank, torchrun restarts and abort.
+
+Groups run with a 300 s timeout unless a test is about the timeout, so an error that arrives within a few seconds
+shows that the backend detected the fault itself rather than timing out. No test asserts speed otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_utils import RankFailure, launch, shm_entries
+
+GROUP_TIMEOUT_S = 300.0
+# "Fast" below means: well before the group timeout, generously above what a loaded 2-core machine needs.
+FAST_S = 60.0
+LAUNCH_TIMEOUT_S = 150.0
+WORKERS = Path(__file__).resolve().parent / "fault_workers.py"
+
+
+def _assert_no_new_shm(before: set[str]) -> None:
+    leaked = shm_entries() - before
+    deadline = time.monotonic() + 3.0
+    while leaked and time.monotonic() < deadline:  # a concurrent job's segment may exist for a moment
+        time.sleep(0.1)
+        leaked &= shm_entries()
+    assert not leaked, f"left in /dev/shm: {sorted(leaked)}"
+
+
+def _expect_error(fn, *args, **kwargs) -> tuple[str, float]:
+    """Calls fn; returns (message, seconds it took). Fails unless it raised a RuntimeError."""
+    t0 = time.monotonic()
+    try:
+        fn(*args, **kwargs)
+    except RuntimeError as exc:
+        return str(exc), time.monotonic() - t0
+    raise AssertionError(f"{getattr(fn, '__name__', fn)} returned instead of raising")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Dead peer
+
+# Sequence numbers count this group's operations from 1: seq 1 is the warm-up (it attaches the segment), seq 2 is
+# the operation rank 1 dies in.
+VICTIM_SEQ = 2
+# (elements, publish step to stall at): one-shot has one publish; the 32 MiB two-shot stalls at the first publish
+# of its second one-slot chunk, so the peers have already exchanged data with rank 1 in this operation.
+DEAD_PEER_CASES = {"one_shot": (1024, 1), "two_shot": (8 << 20, 3)}
+
+
+def _dead_peer_worker(rank: int, world_size: int, numel: int) -> dict:
+    store = dist.distributed_c10d._get_default_store()
+    x = torch.full((numel,), float(rank + 1))
+    dist.all_reduce(x)  # seq 1
+    assert dist.group.WORLD._get_sequence_number_for_group() == VICTIM_SEQ - 1
+    if rank == 1:
+        store.set("victim_pid", str(os.getpid()))
+        dist.all_reduce(x)  # stalls (TUNEDIST_TEST_STALL) before a publish, and is killed there
+        raise AssertionError("rank 1 finished an all_reduce it should have died in")
+    if rank == 0:
+        victim = int(store.get("victim_pid"))
+
+        def kill_victim():
+            time.sleep(1.5)  # rank 1 is inside its 120 s stall by now
+            store.set("kill_time", repr(time.monotonic()))  # CLOCK_MONOTONIC is shared by the host's processes
+            os.kill(victim, signal.SIGKILL)
+
+        threading.Thread(target=kill_victim, daemon=True).start()
+    message, elapsed = _expect_error(dist.all_reduce, x)
+    failed_at = time.monotonic()
+    latency = failed_at - float(store.get("kill_time"))
+    store.set(f"read_kill_time_{rank}", "1")
+    if rank == 0:  # rank 0 hosts the store: keep it up until rank 2 has read the kill time
+        store.wait([f"read_kill_time_{r}" for r in range(2, world_size)])
+    later_message, later_s = _expect_error(dist.all_reduce, torch.ones(4))
+    t0 = time.monotonic()
+    dist.destroy_process_group()
+    return {"message": message, "elapsed": elapsed, "latency": latency, "later": later_message,
+            "later_s": later_s, "destroy_s": time.monotonic() - t0}
+
+
+@pytest.mark.parametrize("case", list(DEAD_PEER_CASES))
+def test_dead_peer_fails_survivors_fast(case):
+    numel, step = DEAD_PEER_CASES[case]
+    before = shm_entries()
+    results = launch(3, _dead_peer_worker, numel, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S,
+                     return_exceptions=True, env={"TUNEDIST_TEST_STALL": f"1:{VICTIM_SEQ}:{step}:120000"})
+    victim = results[1]
+    assert isinstance(victim, RankFailure) and victim.exitcode == -signal.SIGKILL, (
+        f"rank 1 should have been SIGKILLed inside the stall: {victim}")
+    for rank in (0, 2):
+        res = results[rank]
+        assert not isinstance(res, RankFailure), str(res)
+        msg = res["message"]
+        assert "all_reduce" in msg and f"seq {VICTIM_SEQ}" in msg and "rank 1" in msg, msg
+        assert res["elapsed"] < FAST_S, f"rank {rank} waited {res['elapsed']:.1f} s: {msg}"
+        assert "earlier failure" in res["later"], res["later"]
+        assert res["later_s"] < 5.0, f"a call on the failed group took {res['later_s']:.1f} s"
+        assert res["destroy_s"] < FAST_S
+        print(f"[{case}] rank {rank}: dead peer detected {res['latency'] * 1e3:.0f} ms after SIGKILL "
+              f"(the call failed after {res['elapsed']:.2f} s)")
+    _assert_no_new_shm(before)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Slow peer, timeout
+
+
+def _slow_peer_worker(rank: int, world_size: int) -> float:
+    # A slow peer is alive (its heartbeat runs): no deadAfter-based verdict while others wait for its call.
+    if rank == 1:
+        time.sleep(3.0)
+    x = torch.ones(8)
+    dist.all_reduce(x)  # the first call attaches the segment
+    assert torch.equal(x, torch.full((8,), float(world_size)))
+    if rank == 1:
+        time.sleep(3.0)
+    dist.all_reduce(x)
+    return float(x[0])
+
+
+def test_slow_peer_is_not_dead():
+    assert launch(2, _slow_peer_worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S) == [4.0, 4.0]
+
+
+def _timeout_worker(rank: int, world_size: int, warm_up: bool) -> dict | None:
+    # Our own store with a long timeout, so the 3 s group timeout governs only the backend's waits.
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), world_size, rank == 0,
+                          timedelta(seconds=60))
+    dist.init_process_group("tuned", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=3))
+    if warm_up:
+        dist.all_reduce(torch.ones(4))
+    if rank == 1:
+        try:
+            store.wait(["rank0_done"], timedelta(seconds=15))  # never calls the collective rank 0 waits in
+        except RuntimeError:
+            pass
+        return None
+    message, elapsed = _expect_error(dist.all_reduce, torch.ones(4))
+    store.set("rank0_done", "1")
+    return {"message": message, "elapsed": elapsed}
+
+
+@pytest.mark.parametrize("warm_up", [False, True], ids=["while_attaching", "in_protocol"])
+def test_timeout_names_missing_rank(warm_up):
+    res = launch(2, _timeout_worker, warm_up, init=False, timeout_s=LAUNCH_TIMEOUT_S)[0]
+    msg = res["message"]
+    assert "timed out" in msg and re.search(r"ranks \[1\]|rank 1\b", msg), msg
+    assert 2.5 <= res["elapsed"] < 30.0, f"timed out after {res['elapsed']:.1f} s with a 3 s timeout: {msg}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ranks that disagree: each case runs in a fresh group (which it leaves failed); the default group stays healthy.
+
+
+def _mismatch_size(rank, g):
+    dist.all_reduce(torch.ones(4 + rank), group=g)
+
+
+def _mismatch_size_across_algorithms(rank, g):
+    dist.all_reduce(torch.ones(1000 if rank == 0 else 300_000), group=g)  # one-shot vs two-shot
+
+
+def _mismatch_dtype(rank, g):
+    dist.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.float64), group=g)
+
+
+def _mismatch_reduce_op(rank, g):
+    dist.all_reduce(torch.ones(4), op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX, group=g)
+
+
+def _mismatch_root(rank, g):
+    dist.broadcast(torch.ones(4), src=rank, group=g)
+
+
+def _mismatch_op(rank, g):
+    if rank == 0:
+        dist.all_reduce(torch.ones(4), group=g)
+    else:
+        dist.broadcast(torch.ones(4), src=0, group=g)
+
+
+def _mismatch_all_to_all_splits(rank, g):
+    out_splits = [2, 2] if rank == 0 else [1, 3]  # rank 1 expects 1 row from rank 0, which sends 2
+    dist.all_to_all_single(torch.empty(4), torch.ones(4), output_split_sizes=out_splits,
+                           input_split_sizes=[2, 2], group=g)
+
+
+MISMATCHES = {f.__name__.removeprefix("_mismatch_"): f for f in (
+    _mismatch_size, _mismatch_size_across_algorithms, _mismatch_dtype, _mismatch_reduce_op, _mismatch_root,
+    _mismatch_op, _mismatch_all_to_all_splits)}
+
+
+def _mismatch_worker(rank: int, world_size: int) -> dict:
+    results = {}
+    for name, call in MISMATCHES.items():
+        group = dist.new_group(backend="tuned", timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+        dist.all_reduce(torch.ones(1), group=group)  # healthy first: the mismatch is not in attaching
+        try:
+            results[name] = _expect_error(call, rank, group)
+        except AssertionError as exc:
+            results[name] = (f"no error: {exc}", 0.0)
+        dist.destroy_process_group(group)
+        # Other groups are unaffected.
+        x = torch.ones(2)
+        dist.all_reduce(x)
+        assert x.tolist() == [float(world_size)] * 2
+    return results
+
+
+@functools.lru_cache(maxsize=None)
+def _mismatch_runs():
+    try:
+        return launch(2, _mismatch_worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - cached so every case reports it without relaunching
+        return exc
+
+
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_mismatch_fails_every_rank(case):
+    runs = _mismatch_runs()
+    if isinstance(runs, Exception):
+        raise runs
+    for rank, per_rank in enumerate(runs):
+        msg, elapsed = per_rank[case]
+        assert "disagree" in msg, f"rank {rank}: {msg}"
+        assert elapsed < FAST_S, f"rank {rank} took {elapsed:.1f} s: {msg}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A caller error on one rank only
+
+
+def _caller_error_worker(rank: int, world_size: int, warm_up: bool) -> tuple[str, float]:
+    if warm_up:
+        dist.all_reduce(torch.ones(2))
+    x = torch.ones(3)
+    outputs = [torch.empty(3) for _ in range(world_size if rank == 1 else world_size - 1)]
+    return _expect_error(dist.all_gather, outputs, x)
+
+
+@pytest.mark.parametrize("warm_up", [True, False], ids=["after_warm_up", "first_collective"])
+def test_caller_error_on_one_rank_fails_the_other(warm_up):
+    (msg0, t0), (msg1, t1) = launch(2, _caller_error_worker, warm_up, pg_timeout_s=GROUP_TIMEOUT_S,
+                                    timeout_s=LAUNCH_TIMEOUT_S)
+    assert "all_gather" in msg0 and "output list" in msg0, msg0
+    assert "rank 0" in msg1, msg1
+    assert max(t0, t1) < FAST_S, (t0, t1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Abort
+
+
+def _abort_worker(rank: int, world_size: int) -> dict:
+    store = dist.distributed_c10d._get_default_store()
+    dist.all_reduce(torch.ones(2))
+    if rank == 0:
+        store.wait(["rank1_waiting"])
+        time.sleep(1.0)  # rank 1 is blocked inside the all_reduce below
+        abort_error = None
+        try:
+            dist.distributed_c10d._abort_process_group()
+        except Exception:  # noqa: BLE001 - reported by the test
+            abort_error = traceback.format_exc()
+        return {"abort_error": abort_error}
+    store.set("rank1_waiting", "1")
+    message, elapsed = _expect_error(dist.all_reduce, torch.ones(2))
+    return {"message": message, "elapsed": elapsed}
+
+
+def test_abort_fails_waiting_peer():
+    rank0, rank1 = launch(2, _abort_worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S)
+    assert rank0["abort_error"] is None, f"_abort_process_group() raised on the aborting rank:\n{rank0['abort_error']}"
+    assert "aborted" in rank1["message"] and "rank 0" in rank1["message"], rank1["message"]
+    assert rank1["elapsed"] < FAST_S
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torchrun restart
+
+
+def test_torchrun_restart_after_rank_exit(tmp_path):
+    before = shm_entries()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2",
+           "--max-restarts=1", "--monitor-interval=0.2", str(WORKERS), "restart", str(tmp_path)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 0, proc.stdout[-8000:]
+    import json
+
+    finished = [json.loads((tmp_path / f"restart_rank{r}.json").read_text()) for r in range(2)]
+    assert [f["attempt"] for f in finished] == [1, 1], (finished, proc.stdout[-4000:])
+    assert finished[0]["params"] == finished[1]["params"]
+    _assert_no_new_shm(before)

@@ -1,0 +1,186 @@
+"""Shared-memory hygiene of the ``tuned`` backend: who can open a group's segment, how long its name exists, that
+jobs do not interfere, that a crash leaves nothing that outlives the next job's start-up, and that a /dev/shm too
+small for a group fails with an actionable error instead of a SIGBUS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_utils import SHM_DIR, RankFailure, launch, shm_entries
+
+LAUNCH_TIMEOUT_S = 120.0
+WORKERS = Path(__file__).resolve().parent / "fault_workers.py"
+# The backend's own key (csrc/shm/comm.cpp kSegmentKey) under which rank 0 announces the segment's name.
+SEGMENT_KEY = "tunedist_shm_segment"
+# ShmSegment::create sweeps only names at least this old (csrc/shm/segment.cpp).
+SWEEP_MIN_AGE_S = 30
+
+
+def _segment_name_from_store(timeout_s: float = 60.0) -> str:
+    """The name rank 0 announced for the default group's segment, read from the store the backend was given
+    (c10d hands a backend PrefixStore("<device>/", PrefixStore("<group name>/", default store)))."""
+    group = dist.group.WORLD
+    store = dist.PrefixStore("cpu/", dist.PrefixStore(f"{group.group_name}/",
+                                                      dist.distributed_c10d._get_default_store()))
+    deadline = time.monotonic() + timeout_s
+    while not store.check([SEGMENT_KEY]):
+        assert time.monotonic() < deadline, f"rank 0 never announced a segment under '{SEGMENT_KEY}'"
+        time.sleep(0.01)
+    return store.get(SEGMENT_KEY).decode().lstrip("/")
+
+
+def _inspect_worker(rank: int, world_size: int) -> dict | None:
+    if rank == 0:
+        os.umask(0)  # the mode must not depend on the umask
+        dist.all_reduce(torch.ones(4))  # creates the segment, then waits for rank 1 to attach
+        return None
+    # Rank 1 has not called a collective yet, so rank 0's segment still has its name.
+    name = _segment_name_from_store()
+    st = os.stat(SHM_DIR / name)
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    assert x.tolist() == [2.0] * 4
+    return {"name": name, "mode": st.st_mode, "uid": st.st_uid, "size": st.st_size,
+            "exists_after": (SHM_DIR / name).exists()}
+
+
+def test_segment_is_private_and_unlinked_once_attached():
+    seen = launch(2, _inspect_worker, timeout_s=LAUNCH_TIMEOUT_S)[1]
+    uid = os.getuid()
+    assert re.fullmatch(rf"tunedist_{uid}_\w+_[0-9a-f]{{32}}", seen["name"]), seen["name"]
+    assert stat.S_ISREG(seen["mode"]) and stat.S_IMODE(seen["mode"]) == 0o600, oct(seen["mode"])
+    assert seen["uid"] == uid
+    assert seen["size"] > 0
+    assert not seen["exists_after"], f"{seen['name']} still exists after every rank attached"
+
+
+def _run_torchrun(mode: str, result_dir: Path, *args: str, wrapper: list[str] | None = None,
+                  env: dict | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2",
+           str(WORKERS), mode, str(result_dir), *args]
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})}
+    return subprocess.Popen((wrapper or []) + cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env)
+
+
+def _finish(proc: subprocess.Popen, timeout_s: float) -> tuple[int | None, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        return None, out
+
+
+def test_two_jobs_at_once(tmp_path):
+    jobs = [_run_torchrun("concurrent", tmp_path, str(job)) for job in (1, 2)]
+    for job, proc in zip((1, 2), jobs):
+        rc, out = _finish(proc, 180)
+        assert rc == 0, f"job {job} exited with {rc}:\n{out[-6000:]}"
+        for rank in range(2):
+            assert json.loads((tmp_path / f"concurrent{job}_rank{rank}.json").read_text())["ok"]
+
+
+def _orphan_worker(rank: int, world_size: int) -> str | None:
+    """Rank 1 kills rank 0 after it created the segment and before anyone else attached: the name stays."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        store.set("creator_pid", str(os.getpid()))
+        dist.all_reduce(torch.ones(4))
+        raise AssertionError("rank 0 completed a collective rank 1 never joined")
+    name = _segment_name_from_store()
+    os.kill(int(store.get("creator_pid")), signal.SIGKILL)
+    try:
+        dist.destroy_process_group()  # the store's host is gone; whatever this does, rank 1's result stands
+    except Exception:  # noqa: BLE001
+        pass
+    return name
+
+
+def _allreduce_worker(rank: int, world_size: int) -> float:
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    return float(x[0])
+
+
+def test_stale_segment_of_killed_job_is_swept_by_next_job():
+    """The start-up sweep removes only names older than 30 s (so it never races a job being set up), hence the
+    wait; the next job's first collective sweeps the name its killed predecessor left."""
+    results = launch(2, _orphan_worker, timeout_s=LAUNCH_TIMEOUT_S, return_exceptions=True)
+    assert isinstance(results[0], RankFailure) and results[0].exitcode == -signal.SIGKILL, str(results[0])
+    name = results[1]
+    assert isinstance(name, str), str(name)
+    path = SHM_DIR / name
+    assert path.exists(), f"{name}: expected the killed creator to leave its name behind"
+    wait = SWEEP_MIN_AGE_S + 1 - (time.time() - path.stat().st_ctime)
+    if wait > 0:
+        time.sleep(wait)
+    assert launch(2, _allreduce_worker, timeout_s=LAUNCH_TIMEOUT_S) == [2.0, 2.0]
+    assert not path.exists(), f"{name} survived the next job's start-up sweep"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# /dev/shm too small
+
+WORLD = 2
+SMALL_SHM_BYTES = 8 << 20
+MAX_SLOT_BYTES = 1 << 30
+
+
+def _slot_bytes_exceeding(free_bytes: int) -> int:
+    """A slot size (multiple of 4096) for which WORLD x 2 slots exceed `free_bytes`."""
+    return (free_bytes // (2 * WORLD) // 4096 + 1) * 4096
+
+
+def _can_mount_private_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return probe.returncode == 0
+
+
+def test_shm_too_small_fails_with_advice(tmp_path):
+    """Every rank gets an error naming --shm-size and the bytes needed at its first collective (no SIGBUS, no hang,
+    nothing left). Where /dev/shm is large, the job runs in a private mount namespace with an 8 MiB tmpfs there."""
+    vfs = os.statvfs(SHM_DIR)
+    free = vfs.f_bavail * vfs.f_frsize
+    wrapper = None
+    if _slot_bytes_exceeding(free) > MAX_SLOT_BYTES:
+        if not _can_mount_private_tmpfs():
+            pytest.skip(f"/dev/shm has {free >> 20} MiB free, more than the largest slots can claim, and a private "
+                        "tmpfs cannot be mounted (needs unshare -m and CAP_SYS_ADMIN)")
+        free = SMALL_SHM_BYTES
+        script = (f"mount -t tmpfs -o size={SMALL_SHM_BYTES} tmpfs /dev/shm && \"$@\"; rc=$?; "
+                  "echo LEFT_IN_SHM: $(ls -A /dev/shm | grep '^tunedist_'); exit $rc")
+        wrapper = ["unshare", "-m", "sh", "-c", script, "sh"]
+    slot = _slot_bytes_exceeding(free)
+    proc = _run_torchrun("shm_small", tmp_path, wrapper=wrapper, env={"TUNEDIST_SLOT_BYTES": str(slot)})
+    rc, out = _finish(proc, 150)
+    assert rc == 0, f"the job exited with {rc} (a SIGBUS or a hang?):\n{out[-6000:]}"
+    for rank in range(WORLD):
+        path = tmp_path / f"shm_small_rank{rank}.json"
+        assert path.exists(), f"rank {rank} reported nothing:\n{out[-6000:]}"
+        res = json.loads(path.read_text())
+        msg = res["message"]
+        assert msg is not None, f"rank {rank}: the all_reduce succeeded although /dev/shm is too small"
+        assert "--shm-size" in msg and str(res["reserved"]) in msg, f"rank {rank}: {msg}"
+        assert res["elapsed"] < 60.0, f"rank {rank} failed only after {res['elapsed']:.0f} s: {msg}"
+    if wrapper is not None:
+        left = re.search(r"LEFT_IN_SHM:(.*)", out)
+        assert left is not None and not left.group(1).strip(), f"left in the private /dev/shm: {left and left.group(1)}"
