@@ -1,44 +1,27 @@
-# Include before find_package(Torch) so it also works on a machine with no CUDA toolkit.
+# Include before find_package(Torch). It lets CPU-only code find a CUDA build of torch with or without a CUDA toolkit.
 #
 # With a CUDA build of torch (the default PyPI wheel on Linux), TorchConfig.cmake runs torch's
-# Caffe2/public/cuda.cmake. That script needs a CUDA toolkit: with no nvcc it stops with "Your installed Caffe2
-# version uses CUDA but I cannot find the CUDA libraries". Where a toolkit is present, it enables the CUDA language
-# (about 20 s of configure) and adds the toolkit's libnvrtc to TORCH_LIBRARIES, so an absolute /usr/local/cuda path
-# would end up in what tunedist links and exports. None of this is needed to compile CPU code against torch's
-# headers and link its libraries, because those libraries find the CUDA runtime on their own, through their RUNPATH
-# into the nvidia-* wheels.
+# Caffe2/public/cuda.cmake, which causes three problems for code that compiles no CUDA:
+#   - With no CUDA toolkit, it stops with "Your installed Caffe2 version uses CUDA but I cannot find the CUDA
+#     libraries".
+#   - With a toolkit, it links the toolkit's libraries and puts the toolkit's lib directory in the link RPATH. ld then
+#     resolves libtorch_cuda.so's own dependencies there instead of in torch's nvidia-* wheels. A toolkit whose
+#     libnccl is older than torch's fails the link with "libtorch_cuda.so: undefined reference to `ncclCommGrow'".
+#     (This is seen with CUDA 13.0 and torch 2.15+cu132.)
+#   - It spends about 20 s enabling the CUDA language.
+# None of it is needed to compile CPU code against torch's headers and link its libraries, because those libraries
+# find the CUDA runtime themselves through their RPATH into the nvidia-* wheels.
 #
-# cuda.cmake returns at once if the target torch::cudart exists (that is its include guard), so defining an empty
-# torch::cudart first skips the toolkit search. TUNEDIST_TORCH_CUDA_TOOLKIT decides when to do that:
-#   OFF   always skip it. This is tunedist's own build unless TUNEDIST_USE_NCCL is on, since it compiles no CUDA.
-#   AUTO  skip it only when no nvcc is found, the way torch's FindCUDA would look for one. This is the default for
-#         find_package(tunedist): a project that compiles CUDA itself keeps torch's full CUDA setup.
-#   ON    never skip it.
+# cuda.cmake returns at once if the target torch::cudart exists (that is its include guard), so an empty
+# torch::cudart defined first skips it. This file does that unless torch::cudart exists already, which is the case
+# when the project ran find_package(Torch) itself first (then torch's full CUDA setup stays as it was), or unless
+# TUNEDIST_TORCH_CUDA_TOOLKIT is ON. tunedist's own build sets that to ON only for TUNEDIST_USE_NCCL.
 include_guard(DIRECTORY)
 
-if(NOT DEFINED TUNEDIST_TORCH_CUDA_TOOLKIT)
-  set(TUNEDIST_TORCH_CUDA_TOOLKIT AUTO)
-endif()
+option(TUNEDIST_TORCH_CUDA_TOOLKIT "Let find_package(Torch) set up the CUDA toolkit (needed only to compile CUDA)" OFF)
 
-if(NOT TARGET torch::cudart AND NOT TUNEDIST_TORCH_CUDA_TOOLKIT STREQUAL "ON")
-  set(_tunedist_skip_cuda_toolkit OFF)
-  if(TUNEDIST_TORCH_CUDA_TOOLKIT STREQUAL "OFF")
-    set(_tunedist_skip_cuda_toolkit ON)
-  elseif(NOT CUDA_TOOLKIT_ROOT_DIR AND NOT CMAKE_CUDA_COMPILER)
-    find_program(TUNEDIST_TORCH_NVCC NAMES nvcc
-      HINTS ENV CUDA_TOOLKIT_ROOT ENV CUDA_PATH ENV CUDA_BIN_PATH
-      PATHS /usr/local/cuda /opt/cuda
-      PATH_SUFFIXES bin cuda/bin
-      DOC "nvcc as torch's FindCUDA would find it (tunedist skips torch's CUDA setup where there is none)")
-    mark_as_advanced(TUNEDIST_TORCH_NVCC)
-    if(NOT TUNEDIST_TORCH_NVCC)
-      set(_tunedist_skip_cuda_toolkit ON)
-    endif()
-  endif()
-  if(_tunedist_skip_cuda_toolkit)
-    message(STATUS "tunedist: skipping torch's CUDA toolkit setup (TUNEDIST_TORCH_CUDA_TOOLKIT="
-                   "${TUNEDIST_TORCH_CUDA_TOOLKIT}); torch's libraries still link")
-    add_library(torch::cudart INTERFACE IMPORTED)
-  endif()
-  unset(_tunedist_skip_cuda_toolkit)
+if(NOT TARGET torch::cudart AND NOT TUNEDIST_TORCH_CUDA_TOOLKIT)
+  message(STATUS "tunedist: skipping torch's CUDA toolkit setup (CPU-only use of torch; "
+                 "find_package(Torch) first or set TUNEDIST_TORCH_CUDA_TOOLKIT=ON to compile CUDA)")
+  add_library(torch::cudart INTERFACE IMPORTED)
 endif()

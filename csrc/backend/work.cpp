@@ -35,14 +35,15 @@ std::vector<at::Tensor> TunedWork::result() { return outputs_; }
 
 uint64_t TunedWork::getSequencenumber() const { return seq_; }
 
+// The future first: isCompleted()/isSuccess() read it, so it must be settled before finish() releases wait().
 void TunedWork::complete() {
-  finish();
   future_->markCompleted(c10::IValue(outputs_));
+  finish();
 }
 
 void TunedWork::completeWithError(std::exception_ptr error) {
-  finish(error);
   future_->setError(error);
+  finish(error);
 }
 
 }  // namespace tunedist

@@ -25,13 +25,17 @@ void copyOwn(void* dst, const void* src, size_t bytes) {
 // Our own block is copied last, straight from the input, so an input that is a view into its own block of the
 // output (FSDP2's in-place all-gather) is never overwritten before it is read.
 void ShmComm::allgather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs) {
-  gather(ctx, in, bytes, outs, -1);
+  gatherTo(ctx, in, bytes, outs, -1);
 }
 
 void ShmComm::gather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
-  const bool all = root < 0;
-  TD_CHECK(all || root < size_, "tunedist: gather (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
+  TD_CHECK(root >= 0 && root < size_, "tunedist: gather (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
            " is outside the group of ", size_);
+  gatherTo(ctx, in, bytes, outs, root);
+}
+
+void ShmComm::gatherTo(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
+  const bool all = root < 0;
   OpCode op = all ? OpCode::kAllgather : OpCode::kGather;
   runOp(ctx, makeDesc(op, ctx.seq, bytes, root), [&] {
     const bool receive = all || rank_ == root;

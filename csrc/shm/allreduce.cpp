@@ -52,6 +52,10 @@ void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, 
 void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count,
                                const ReduceArgs& args) {
   const size_t es = dtypeSize(args.dtype);
+  // A slice is at least one cache line: with fewer slot bytes per rank the chunk would be empty and never advance.
+  TD_CHECK(options_.slotBytes / size_t(size_) >= kCacheLine, "tunedist: all_reduce (seq ", ctx.seq, ") on rank ",
+           rank_, ": ", size_, " ranks need slots of at least ", size_t(size_) * kCacheLine, " bytes, got ",
+           options_.slotBytes, " (raise TUNEDIST_SLOT_BYTES)");
   const size_t maxChunk = sliceElems(size_t(-1) / 2 / es, es) * size_t(size_);
   const char* inBytes = static_cast<const char*>(in);
   char* outBytes = static_cast<char*>(out);

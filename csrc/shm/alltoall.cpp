@@ -19,8 +19,10 @@ namespace tunedist::shm {
 // Our own block is copied directly from the send to the receive buffer.
 void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const size_t* sendBytes, void* const* recvs,
                         const size_t* recvBytes) {
-  TD_CHECK(size_t(size_) * 2 * sizeof(uint64_t) <= options_.slotBytes, "tunedist: all_to_all: ", size_,
-           " ranks need slots of at least ", size_ * 16, " bytes");
+  // Each rank's part of a slot must hold at least one cache line (and round 0's 2P sizes fit then too).
+  TD_CHECK(options_.slotBytes / size_t(size_) >= kCacheLine, "tunedist: all_to_all: ", size_,
+           " ranks need slots of at least ", size_t(size_) * kCacheLine, " bytes, got ", options_.slotBytes,
+           " (raise TUNEDIST_SLOT_BYTES)");
   runOp(ctx, makeDesc(OpCode::kAlltoall, ctx.seq, 0, -1), [&] {
     // Round 0: sizes.
     int b = beginRound(ctx);

@@ -141,6 +141,8 @@ class ShmComm {
   void runOp(const OpContext& ctx, const OpDesc& desc, const std::function<void()>& body);
 
   // Algorithms (one file per collective).
+  // gather to `root`, or to every rank (all_gather) when root is -1; callers have validated root.
+  void gatherTo(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
   void allreduceOneShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
   void allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
   // Elements per slice so that size_ slices of `count`-element chunks fit one slot, 64-byte aligned.

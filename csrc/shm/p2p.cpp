@@ -1,12 +1,13 @@
 // P2pEngine: the public API, the progress and heartbeat threads, how the progress thread sleeps, and shutdown.
-// The work of one progress pass (moving bytes, matching, failures) is in p2p_progress.cpp.
+// The work of one progress pass is in p2p_progress.cpp (sends), p2p_recv.cpp (receives) and p2p_failure.cpp.
 //
 // The progress thread, step by step:
 //   1. Take new operations from the inbox (callers append under mutex_ and ring localBell_).
 //   2. One pass: write queued sends into their rings, read messages out of the rings that somebody here waits
 //      for, look up rings not found yet in the rendezvous, and fail operations past their deadline or whose
-//      peer is gone (see p2p_progress.cpp).
-//   3. If nothing moved: spin (options.spinIters passes), then yield, then sleep on a futex. The sleep watches
+//      peer is gone.
+//   3. If nothing moved: spin for at most kSpinTime (and options.spinIters passes), then yield a few times, then
+//      sleep on a futex. The sleep watches
 //      localBell_ and the bell of every ring we wait on, so a peer's store to head/tail, an error report or a
 //      closed flag wakes us at once; it is bounded by sleepSlice, the nearest deadline and the next rendezvous
 //      poll, so timeouts and dead peers are noticed in time.
@@ -25,6 +26,8 @@ namespace tunedist::shm {
 namespace {
 
 constexpr int kYieldRounds = 16;
+// Longest busy poll before yielding: a peer that answers within this saves a futex wake-up (some microseconds).
+constexpr std::chrono::microseconds kSpinTime{5};
 // Polling period for rings where futex_waitv is unavailable, so a message waits at most about this long.
 constexpr std::chrono::milliseconds kFallbackSlice{1};
 // With nothing pending the thread only waits for new operations.
@@ -106,8 +109,8 @@ void P2pEngine::abort(const std::string& reason) {
       im.abortReason_ = reason.empty() ? detail::str("tunedist: rank ", im.rank_, " aborted point-to-point") : reason;
     }
     im.inboxPending_.store(true, std::memory_order_seq_cst);
+    im.wakeProgress();
   }
-  im.wakeProgress();
 }
 
 P2pEngine::Impl::Impl(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options)
@@ -131,15 +134,15 @@ void P2pEngine::Impl::post(OpPtr op) {
       ensureThreads();
       inbox_.push_back(std::move(op));
       inboxPending_.store(true, std::memory_order_seq_cst);
+      // Under the lock: the progress thread cannot see the op (and run a Done that might destroy the engine)
+      // before we are done with this object.
+      wakeProgress();
+      return;
     }
   }
-  if (op != nullptr) {
-    // Only reachable from a Done callback that runs while the engine shuts down.
-    std::string msg = detail::str("tunedist: ", describe(*op), " failed: the point-to-point engine is shutting down");
-    fail(std::move(op), errorOf<Error>(msg));
-    return;
-  }
-  wakeProgress();
+  // Only reachable from a Done callback that runs while the engine shuts down.
+  std::string msg = detail::str("tunedist: ", describe(*op), " failed: the point-to-point engine is shutting down");
+  fail(std::move(op), errorOf<Error>(msg));
 }
 
 void P2pEngine::Impl::ensureThreads() {
@@ -166,11 +169,12 @@ void P2pEngine::Impl::wakeProgress() {
 }
 
 void P2pEngine::Impl::progressLoop() {
+  // Idle passes since the last one that moved something, and when that was.
   int idle = 0;
+  Clock::time_point idleSince{};
   for (;;) {
-    bool moved = false;
     try {
-      moved = intake();
+      bool moved = intake();
       if (stopRequested_) {
         break;
       }
@@ -184,10 +188,15 @@ void P2pEngine::Impl::progressLoop() {
         sleep(now);
         continue;
       }
-      ++idle;
-      if (idle <= options_.spinIters) {
+      if (idle++ == 0) {
+        idleSince = now;
+      }
+      // Spin only briefly: this thread competes with the caller's compute threads for the cores, unlike a
+      // collective's waiter, which spins on a thread that would otherwise idle.
+      if (idle <= options_.spinIters && now - idleSince < kSpinTime) {
         cpuRelax();
       } else if (idle <= options_.spinIters + kYieldRounds) {
+        idle = std::max(idle, options_.spinIters + 1);
         sched_yield();
       } else {
         sleep(now);

@@ -110,6 +110,7 @@ struct P2pEngine::Impl {
   bool pass(Clock::time_point now);
   bool pumpSends(Clock::time_point now);
   bool pumpSend(int dst, OutChannel& ch);
+  bool createOutRing(int dst, OutChannel& ch);
   bool pumpReceives();
   bool pumpReceive(int src, InChannel& ch);
   bool startMessage(int src, InChannel& ch);

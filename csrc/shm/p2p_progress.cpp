@@ -144,20 +144,27 @@ bool P2pEngine::Impl::pumpSends(Clock::time_point now) {
   return moved;
 }
 
+bool P2pEngine::Impl::createOutRing(int dst, OutChannel& ch) {
+  try {
+    ch.ring = P2pRing::create(rank_, dst, options_.p2pChannelBytes, options_.shmDir);
+    // Step 1: announce the ring; the receiver maps it when it first wants our messages.
+    rendezvous_->set(p2pRingKey(rank_, dst), ch.ring->name());
+  } catch (const std::exception& e) {
+    // Fail the send that needed it; the next one tries again.
+    ch.ring.reset();
+    OpPtr op = std::move(ch.queue.front());
+    ch.queue.pop_front();
+    std::string msg = detail::str("tunedist: ", describe(*op), " failed: ", e.what());
+    fail(std::move(op), errorOf<Error>(msg));
+    return false;
+  }
+  addBeat(*ch.ring);
+  return true;
+}
+
 bool P2pEngine::Impl::pumpSend(int dst, OutChannel& ch) {
-  if (ch.ring == nullptr) {
-    try {
-      ch.ring = P2pRing::create(rank_, dst, options_.p2pChannelBytes, options_.shmDir);
-      rendezvous_->set(p2pRingKey(rank_, dst), ch.ring->name());
-    } catch (const std::exception& e) {
-      ch.ring.reset();
-      OpPtr op = std::move(ch.queue.front());
-      ch.queue.pop_front();
-      std::string msg = detail::str("tunedist: ", describe(*op), " failed: ", e.what());
-      fail(std::move(op), errorOf<Error>(msg));
-      return true;
-    }
-    addBeat(*ch.ring);
+  if (ch.ring == nullptr && !createOutRing(dst, ch)) {
+    return true;
   }
   P2pRing& ring = *ch.ring;
   P2pRingHeader& h = ring.header();

@@ -12,7 +12,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-__all__ = ["BACKEND_NAME", "version", "simd_level"]
+from ._paths import cmake_prefix_path, include_dir
+
+__all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level"]
 
 BACKEND_NAME = "tuned"
 

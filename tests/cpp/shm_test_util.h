@@ -1,8 +1,8 @@
 // Helpers shared by the engine tests (test_shm_*.cpp), after gloo's BaseTest::spawn: ranks run as threads of one
 // process, each with its own ShmComm, over an in-memory rendezvous. Checks inside a rank's thread throw (Catch's
 // assertions are not thread-safe); the runner aborts that rank's communicator so its peers fail fast, and the
-// main thread rethrows every rank's failure, naming the rank. Also: dtype conversions for closed-form expected
-// values, data patterns, and the /dev/shm leak check every test ends with.
+// main thread rethrows every rank's failure, naming the rank. Also: recording expected failures, data patterns,
+// and the /dev/shm leak check every test ends with. Element conversions are in shm_test_dtypes.h.
 #pragma once
 
 #include <dirent.h>
@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -67,6 +66,13 @@ inline ShmOptions mediumOptions() {
   o.oneShotMaxBytes = 8192;
   o.spinIters = kTestSpinIters;
   return o;
+}
+
+inline ReduceArgs floatSum() {
+  ReduceArgs a;
+  a.dtype = DType::kFloat32;
+  a.op = RedOp::kSum;
+  return a;
 }
 
 // The rendezvous of the engine tests: a map under a mutex; get() blocks until the key exists or times out.
@@ -201,6 +207,45 @@ inline void runGroup(int size, const ShmOptions& options, const std::function<vo
   rethrowFailures(runGroupCollect(size, options, body));
 }
 
+// ---- Expected failures. ----
+
+// What a call threw: kind, message and when.
+struct Caught {
+  bool threw = false;
+  bool timeout = false;
+  bool dead = false;
+  std::string message;
+  Clock::time_point at;
+};
+
+// Runs call() and records the tunedist::Error it throws (other exceptions propagate).
+template <typename F>
+Caught catchError(F&& call) {
+  Caught c;
+  try {
+    call();
+  } catch (const Error& e) {
+    c.threw = true;
+    c.timeout = dynamic_cast<const TimeoutError*>(&e) != nullptr;
+    c.dead = dynamic_cast<const PeerDeadError*>(&e) != nullptr;
+    c.message = e.what();
+  }
+  c.at = Clock::now();
+  return c;
+}
+
+// Throws unless `c` is an error whose message holds every one of `parts`.
+inline void expectError(const Caught& c, const std::string& what, int rank, const std::vector<std::string>& parts) {
+  if (!c.threw) {
+    failCheck(what, ": rank ", rank, " returned normally, expected a tunedist::Error");
+  }
+  for (const std::string& part : parts) {
+    if (c.message.find(part) == std::string::npos) {
+      failCheck(what, ": rank ", rank, ": message lacks '", part, "': ", c.message);
+    }
+  }
+}
+
 // ---- Data patterns. ----
 
 // Byte i of a block that rank r sends (salt tells apart e.g. its blocks for different destinations). Not periodic
@@ -219,6 +264,10 @@ inline std::vector<uint8_t> patternBytes(int r, size_t n, int salt = 0) {
 
 // Checks `got` holds rank src's block with `salt`; `rank` is the checking rank.
 inline void checkPattern(const std::string& what, int rank, const uint8_t* got, size_t n, int src, int salt = 0) {
+  const std::vector<uint8_t> want = patternBytes(src, n, salt);
+  if (n == 0 || std::memcmp(got, want.data(), n) == 0) {
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (got[i] != patternByte(src, i, salt)) {
       failAt(what + detail::str(" (block of rank ", src, ")"), rank, i, int(got[i]), int(patternByte(src, i, salt)));
@@ -248,93 +297,6 @@ class Output {
   size_t bytes_;
   std::vector<uint8_t> buf_;
 };
-
-// ---- Element conversions: fp16 and bf16 from a float, rounded to nearest even, written independently of the
-// engine's kernels. Values that are not floats are first rounded to float, which is exact for every expected
-// value the tests compare against. ----
-
-inline uint32_t floatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-inline float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-// Finite inputs only (the tests make no NaN); overflow gives infinity, as rounding to nearest does.
-inline uint16_t halfBits(double v) {
-  const uint32_t w = floatBits(float(v));
-  const uint32_t sign = (w >> 16) & 0x8000u;
-  const uint32_t a = w & 0x7fffffffu;
-  uint32_t h = 0;
-  if (a < 0x38800000u) {
-    // Below 2^-14: a subnormal half, in units of 2^-24 (the product is exact; nearbyint rounds to even).
-    h = uint32_t(std::nearbyint(bitsFloat(a) * 16777216.0f));
-  } else {
-    const uint32_t mant = a & 0x7fffffu;
-    h = ((((a >> 23) - 127 + 15) << 10) | (mant >> 13));
-    const uint32_t rest = mant & 0x1fffu;
-    h += (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ? 1u : 0u;  // a carry moves into the exponent
-    h = std::min(h, 0x7c00u);
-  }
-  return uint16_t(sign | h);
-}
-
-inline double halfValue(uint16_t b) {
-  const uint32_t exp = (b >> 10) & 0x1fu;
-  const uint32_t frac = b & 0x3ffu;
-  const double mag = exp == 0    ? double(frac) / 16777216.0
-                     : exp == 31 ? (frac == 0 ? HUGE_VAL : NAN)
-                                 : double(bitsFloat(((exp + 112) << 23) | (frac << 13)));
-  return (b & 0x8000u) ? -mag : mag;
-}
-
-inline uint16_t bf16Bits(double v) {
-  const uint32_t w = floatBits(float(v));
-  return uint16_t((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
-}
-
-inline double bf16Value(uint16_t b) { return bitsFloat(uint32_t(b) << 16); }
-
-inline bool isSignedType(DType t) { return t != DType::kUInt8 && t != DType::kBool; }
-
-// Element i of `base` as a double.
-inline double loadValue(DType t, const void* base, size_t i) {
-  switch (t) {
-    case DType::kFloat32: return static_cast<const float*>(base)[i];
-    case DType::kFloat64: return static_cast<const double*>(base)[i];
-    case DType::kFloat16: return halfValue(static_cast<const uint16_t*>(base)[i]);
-    case DType::kBFloat16: return bf16Value(static_cast<const uint16_t*>(base)[i]);
-    case DType::kInt8: return static_cast<const int8_t*>(base)[i];
-    case DType::kUInt8: return static_cast<const uint8_t*>(base)[i];
-    case DType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DType::kInt64: return double(static_cast<const int64_t*>(base)[i]);
-    case DType::kBool: return static_cast<const uint8_t*>(base)[i];
-  }
-  throw Error("test: unknown dtype");
-}
-
-// Stores v (rounded to nearest for the floating types) as element i of `base`. With `exact`, throws unless the
-// stored element reads back as v: expected values must be representable for exact comparisons.
-inline void storeValue(DType t, void* base, size_t i, double v, bool exact = true) {
-  switch (t) {
-    case DType::kFloat32: static_cast<float*>(base)[i] = float(v); break;
-    case DType::kFloat64: static_cast<double*>(base)[i] = v; break;
-    case DType::kFloat16: static_cast<uint16_t*>(base)[i] = halfBits(v); break;
-    case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = bf16Bits(v); break;
-    case DType::kInt8: static_cast<int8_t*>(base)[i] = int8_t(v); break;
-    case DType::kUInt8: static_cast<uint8_t*>(base)[i] = uint8_t(v); break;
-    case DType::kInt32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
-    case DType::kInt64: static_cast<int64_t*>(base)[i] = int64_t(v); break;
-    case DType::kBool: static_cast<uint8_t*>(base)[i] = v != 0 ? 1 : 0; break;
-  }
-  TD_CHECK(!exact || loadValue(t, base, i) == v || t == DType::kBool, "test: ", v, " is not exact in ",
-           shm::dtypeName(t));
-}
 
 // ---- /dev/shm leak check. ----
 

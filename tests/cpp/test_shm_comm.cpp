@@ -11,14 +11,21 @@
 namespace tunedist::test {
 namespace {
 
-// Small slots (every multi-round path) or the defaults; byte counts: empty, one, odd, more than three slots.
+// Small slots (every multi-round path) or the defaults. Byte counts: empty, one, odd, and more than three slots
+// (more than one with the defaults' 1 MiB slots). Every root with small slots; the last rank with the defaults.
 struct Profile {
   ShmOptions options;
   std::vector<size_t> counts;
+  bool allRoots;
+  std::vector<int> roots(int size) const {
+    std::vector<int> r(allRoots ? size_t(size) : 1, size - 1);
+    std::iota(r.begin(), r.end(), allRoots ? 0 : size - 1);
+    return r;
+  }
 };
 
 Profile profile(bool defaults) {
-  Profile p{defaults ? ShmOptions() : smallOptions(), {}};
+  Profile p{defaults ? ShmOptions() : smallOptions(), {}, !defaults};
   const size_t big = defaults ? p.options.slotBytes + 5 : 3 * p.options.slotBytes + 5;
   p.counts = {0, 1, 1001, big};
   return p;
@@ -193,7 +200,7 @@ TEST_CASE("broadcast delivers the root's bytes for every root and count", "[shm]
   ShmLeakCheck leaks;
   runGroup(size, prof.options, [&](Peer& p) {
     for (size_t bytes : prof.counts) {
-      for (int root = 0; root < size; ++root) {
+      for (int root : prof.roots(size)) {
         broadcastCase(p, bytes, root, root + int(bytes));
       }
     }
@@ -211,7 +218,7 @@ TEST_CASE("all_gather and gather deliver every rank's block", "[shm][all_gather]
     for (size_t bytes : prof.counts) {
       gatherCase(p, bytes, -1, false, 1);
       gatherCase(p, bytes, -1, true, 2);
-      for (int root = 0; root < size; ++root) {
+      for (int root : prof.roots(size)) {
         gatherCase(p, bytes, root, false, 3 + root);
       }
     }
@@ -227,7 +234,7 @@ TEST_CASE("scatter delivers each rank its block from every root", "[shm][scatter
   ShmLeakCheck leaks;
   runGroup(size, prof.options, [&](Peer& p) {
     for (size_t bytes : prof.counts) {
-      for (int root = 0; root < size; ++root) {
+      for (int root : prof.roots(size)) {
         scatterCase(p, bytes, root, root);
       }
     }

@@ -11,44 +11,6 @@
 namespace tunedist::test {
 namespace {
 
-// What a call threw: kind, message and when.
-struct Caught {
-  bool threw = false;
-  bool timeout = false;
-  bool dead = false;
-  std::string message;
-  Clock::time_point at;
-};
-
-template <typename F>
-Caught catchError(F&& call) {
-  Caught c;
-  try {
-    call();
-  } catch (const Error& e) {
-    c.threw = true;
-    c.timeout = dynamic_cast<const TimeoutError*>(&e) != nullptr;
-    c.dead = dynamic_cast<const PeerDeadError*>(&e) != nullptr;
-    c.message = e.what();
-  }
-  c.at = Clock::now();
-  return c;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Throws unless `c` is an error whose message holds every one of `parts`.
-void expectError(const Caught& c, const std::string& what, int rank, const std::vector<std::string>& parts) {
-  if (!c.threw) {
-    failCheck(what, ": rank ", rank, " returned normally, expected a tunedist::Error");
-  }
-  for (const std::string& part : parts) {
-    if (!contains(c.message, part)) {
-      failCheck(what, ": rank ", rank, ": message lacks '", part, "': ", c.message);
-    }
-  }
-}
-
 // The next call on a failed communicator fails at once with the earlier cause.
 void expectStaysFailed(Peer& p, const std::string& what, const std::string& cause) {
   Caught again = catchError([&] { p.comm.barrier(p.op("barrier", Ms(2000))); });
@@ -63,13 +25,6 @@ void waitFor(const std::atomic<int>& counter, int value, const char* what) {
     }
     std::this_thread::sleep_for(Ms(1));
   }
-}
-
-ReduceArgs floatSum() {
-  ReduceArgs a;
-  a.dtype = DType::kFloat32;
-  a.op = RedOp::kSum;
-  return a;
 }
 
 // A mismatch: `odd` is true on the last rank only, which calls something the others do not.

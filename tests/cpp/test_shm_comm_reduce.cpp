@@ -2,6 +2,7 @@
 // values; in-place calls; and bit-identical floating-point results on every rank.
 #include <catch2/catch.hpp>
 
+#include "shm_test_dtypes.h"
 #include "shm_test_util.h"
 
 namespace tunedist::test {
@@ -24,9 +25,11 @@ std::vector<RedOp> opsFor(DType t) {
           RedOp::kMax, RedOp::kBand, RedOp::kBor,     RedOp::kBxor};
 }
 
-// Empty, one element, odd, just past the one-shot limit (two-shot with uneven and empty slices), over three slots.
+// Empty, one element, odd, just past the one-shot limit (two-shot with uneven and empty slices), and five elements
+// more than three slots hold.
 std::vector<size_t> countsFor(DType t, const ShmOptions& o) {
-  return {0, 1, 1001, o.oneShotMaxBytes / shm::dtypeSize(t) + 3, 3 * o.slotBytes + 5};
+  const size_t es = shm::dtypeSize(t);
+  return {0, 1, 1001, o.oneShotMaxBytes / es + 3, 3 * o.slotBytes / es + 5};
 }
 
 double signAt(DType t, size_t i) { return isSignedType(t) && i % 2 == 1 ? -1.0 : 1.0; }
@@ -345,7 +348,7 @@ TEST_CASE("floating-point reductions are bit-identical on every rank and follow 
     for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
       for (RedOp op : {RedOp::kSum, RedOp::kAvg, RedOp::kProduct, RedOp::kPremulSum}) {
         // One-shot (127 elements fit 1 KiB), two-shot in one chunk, two-shot over several chunks.
-        for (size_t count : {size_t(127), size_t(1001), 3 * smallOptions().slotBytes + 5}) {
+        for (size_t count : {size_t(127), size_t(1001), 3 * smallOptions().slotBytes / shm::dtypeSize(t) + 5}) {
           const std::string what = caseName("all_reduce", t, op, size, count);
           std::vector<uint8_t> in(count * shm::dtypeSize(t));
           for (size_t i = 0; i < count; ++i) {

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -23,6 +25,31 @@ import torch.nn.functional as F
 import tunedist  # noqa: F401  (registers "tuned")
 
 GROUP_TIMEOUT = timedelta(seconds=300)
+
+
+def run_torchrun(mode: str, result_dir: Path, *args: str, timeout_s: float, max_restarts: int = 0,
+                 wrapper: list[str] | None = None, env: dict | None = None) -> tuple[int | None, str]:
+    """For the tests: runs MODE under a 2-rank standalone torchrun (inside `wrapper`, if given) and returns its exit
+    code (None if it ran past `timeout_s` and was killed, workers included) and its combined output."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2",
+           f"--max-restarts={max_restarts}", "--monitor-interval=0.2", __file__, mode, str(result_dir), *args]
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})}
+    # A session of its own, so a timeout kills torchrun and its workers along with the wrapper.
+    proc = subprocess.Popen((wrapper or []) + cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out
+
+
+def read_results(result_dir: Path, mode: str, world_size: int = 2) -> list[dict | None]:
+    """What each rank wrote for MODE (None for a rank that wrote nothing)."""
+    paths = [result_dir / f"{mode}_rank{r}.json" for r in range(world_size)]
+    return [json.loads(p.read_text()) if p.exists() else None for p in paths]
 
 
 def _write(result_dir: Path, mode: str, rank: int, payload: dict) -> None:

@@ -38,26 +38,61 @@ def _backend_objects(rank: int, world_size: int) -> dict:
     assert backend.rank() == rank and backend.size() == world_size
 
     def seq():
-        return backend._get_sequence_number_for_group() if hasattr(backend, "_get_sequence_number_for_group") \
-            else None
+        return backend._get_sequence_number_for_group()
 
     seq0 = seq()
     t = torch.full((1001,), float(rank))
     work = dist.all_reduce(t, async_op=True)
     fut = work.get_future()
     value = fut.wait()
-    assert work.is_completed() and work.is_success()
+    assert work.is_completed()
     assert isinstance(value, list) and len(value) == 1 and value[0].data_ptr() == t.data_ptr(), value
     assert torch.equal(t, torch.full((1001,), float(sum(range(world_size)))))
     assert work.result()[0].data_ptr() == t.data_ptr()
-    seq1 = seq()
-    if seq0 is not None:
-        assert seq1 == seq0 + 1, (seq0, seq1)
-    # Later works carry later sequence numbers (per group), whatever the op.
-    dist.broadcast(t, src=0)
-    dist.barrier()
-    if seq0 is not None:
-        assert seq() == seq1 + 2, (seq1, seq())
+    assert seq() == seq0 + 1, (seq0, seq())
+    assert work._get_sequence_number() == seq0 + 1, (work._get_sequence_number(), seq0)
+
+    # Every Work carries its op type and the group's next sequence number, whatever the op.
+    OpType = torch._C._distributed_c10d.OpType
+    w = world_size
+    out = torch.empty(w * 1001)
+    calls = [
+        (OpType.ALLREDUCE, lambda: dist.all_reduce(t, async_op=True)),
+        (OpType.BROADCAST, lambda: dist.broadcast(t, src=0, async_op=True)),
+        (OpType.REDUCE, lambda: dist.reduce(t, dst=0, async_op=True)),
+        (OpType.ALLGATHER, lambda: dist.all_gather([torch.empty(1001) for _ in range(w)], t, async_op=True)),
+        (OpType._ALLGATHER_BASE, lambda: dist.all_gather_into_tensor(out, t, async_op=True)),
+        (OpType.REDUCE_SCATTER, lambda: dist.reduce_scatter(t, list(out.chunk(w)), async_op=True)),
+        (OpType._REDUCE_SCATTER_BASE, lambda: dist.reduce_scatter_tensor(t, out, async_op=True)),
+        (OpType.ALLTOALL_BASE, lambda: dist.all_to_all_single(torch.empty(w * 3), torch.ones(w * 3),
+                                                              async_op=True)),
+        (OpType.ALLTOALL, lambda: dist.all_to_all([torch.empty(2) for _ in range(w)],
+                                                  [torch.ones(2) for _ in range(w)], async_op=True)),
+        (OpType.GATHER, lambda: dist.gather(t, [torch.empty(1001) for _ in range(w)] if rank == 0 else None,
+                                            dst=0, async_op=True)),
+        (OpType.SCATTER, lambda: dist.scatter(t, [torch.ones(1001) for _ in range(w)] if rank == 0 else None,
+                                              src=0, async_op=True)),
+        # (dist.all_reduce_coalesced hands back a Future, so call the group for the Work)
+        (OpType.ALLREDUCE_COALESCED, lambda: pg.allreduce_coalesced([t, torch.ones(3)],
+                                                                    dist.AllreduceCoalescedOptions())),
+        (OpType.BARRIER, lambda: dist.barrier(async_op=True)),
+    ]
+    problems = []
+    for expected, call in calls:
+        before = seq()
+        work = call()
+        work.wait()
+        if work._get_op_type() != int(expected):
+            problems.append(f"{expected}: the work says {work._get_op_type()}")
+        if work._get_sequence_number() != before + 1 or seq() != before + 1:
+            problems.append(f"{expected}: work seq {work._get_sequence_number()}, group seq {before} -> {seq()}")
+    assert not problems, problems
+    # A sub-group counts on its own.
+    sub = dist.new_group(list(range(world_size)))
+    sub_backend = sub._get_backend(torch.device("cpu"))
+    before = seq()
+    dist.all_reduce(t, group=sub)
+    assert sub_backend._get_sequence_number_for_group() == 1 and seq() == before
 
     # Every op shows up in the profiler under its title.
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -68,7 +103,7 @@ def _backend_objects(rank: int, world_size: int) -> dict:
         dist.reduce_scatter_tensor(t, out)
         dist.all_reduce(t, async_op=True).wait()
     names = {e.name for e in prof.events()}
-    return {"names": sorted(n for n in names if n.startswith("tuned:")), "seq": (seq0, seq1)}
+    return {"names": sorted(n for n in names if n.startswith("tuned:"))}
 
 
 def test_backend_objects_work_and_profiler():

@@ -9,8 +9,10 @@ reduces in rank order 0..P-1, accumulating fp16/bf16 in fp32 and rounding once, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
+import time
 import traceback
 import zlib
 from collections import defaultdict
@@ -42,8 +44,22 @@ def _seed(*parts) -> int:
     return zlib.crc32(repr(parts).encode())
 
 
+_BASE_N = 300_000  # inputs up to this size are prefixes of one cached tensor per (dtype, rank, tag, kind)
+
+
 def make_input(dtype: torch.dtype, n: int, rank: int, tag: str = "", kind: str = "gen") -> torch.Tensor:
-    """Rank `rank`'s input for case `tag`: n elements of dtype; kind "prod" keeps products small."""
+    """Rank `rank`'s input for case `tag`: a fresh tensor of n elements; kind "prod" keeps products small."""
+    if n <= _BASE_N:
+        return _base_input(dtype, rank, tag, kind)[:n].clone()
+    return _generate(dtype, n, rank, tag, kind)
+
+
+@functools.lru_cache(maxsize=64)
+def _base_input(dtype: torch.dtype, rank: int, tag: str, kind: str) -> torch.Tensor:
+    return _generate(dtype, _BASE_N, rank, tag, kind)
+
+
+def _generate(dtype: torch.dtype, n: int, rank: int, tag: str, kind: str) -> torch.Tensor:
     g = torch.Generator().manual_seed(_seed(str(dtype), n, rank, tag, kind))
     if dtype == torch.bool:
         return torch.rand(n, generator=g) < 0.8
@@ -114,6 +130,7 @@ class Checker:
         self.failures: dict[str, list[str]] = defaultdict(list)
         self.digests: dict[str, list[tuple[str, str]]] = defaultdict(list)
         self.ran: list[str] = []
+        self.seconds: dict[str, float] = {}
         self.section = ""
 
     def fail(self, msg: str) -> None:
@@ -146,10 +163,12 @@ class Checker:
     def run(self, name: str, fn) -> None:
         self.section = name
         self.ran.append(name)
+        start = time.monotonic()
         try:
             fn(self)
         except Exception:  # noqa: BLE001 - reported with the section; later sections still run
             self.fail("raised:\n" + traceback.format_exc())
+        self.seconds[name] = time.monotonic() - start
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -428,8 +447,8 @@ def check_zero_size(c: Checker) -> None:
 
 def check_non_contiguous(c: Checker) -> None:
     w, rank = c.world_size, c.rank
-    for dtype in (torch.float32, torch.bfloat16, torch.int32):
-        for rows, cols in ((3, 5), (600, 1000)):
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, cols in ((3, 5), (400, 700)):
             # all_reduce of a transposed 2-D tensor.
             bases = [make_input(dtype, rows * cols, r, "nc").view(rows, cols) for r in range(w)]
             t = bases[rank].clone().t()
@@ -536,11 +555,17 @@ SECTIONS = {
 }
 
 
+# torch's first functional collective imports torch._dynamo and inductor: several seconds of CPU per rank, which
+# buys nothing at larger world sizes (the plain collectives underneath are checked there).
+ONLY_AT = {"functional": (2,)}
+
+
 def _run_all_checks(rank: int, world_size: int) -> dict:
     c = Checker(rank, world_size)
     for name, fn in SECTIONS.items():
-        c.run(name, fn)
-    return {"failures": dict(c.failures), "digests": dict(c.digests), "ran": c.ran}
+        if world_size in ONLY_AT.get(name, (world_size,)):
+            c.run(name, fn)
+    return {"failures": dict(c.failures), "digests": dict(c.digests), "ran": c.ran, "seconds": c.seconds}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -551,7 +576,10 @@ def _run_all_checks(rank: int, world_size: int) -> dict:
 def matrix(request):
     world_size = request.param
     try:
-        return world_size, launch(world_size, _run_all_checks, timeout_s=420), None
+        results = launch(world_size, _run_all_checks, timeout_s=420)
+        print(f"\nworld size {world_size}, seconds per section on rank 0: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in results[0]["seconds"].items()))
+        return world_size, results, None
     except AssertionError as exc:
         return world_size, None, exc
 
@@ -559,6 +587,8 @@ def matrix(request):
 @pytest.mark.parametrize("section", list(SECTIONS))
 def test_collective(matrix, section):
     world_size, results, error = matrix
+    if world_size not in ONLY_AT.get(section, (world_size,)):
+        pytest.skip(f"{section} is checked at world sizes {ONLY_AT[section]} only (torch's first use costs seconds)")
     if error is not None:
         pytest.fail(f"the world-size-{world_size} run failed:\n{error}", pytrace=False)
     problems = []
@@ -581,9 +611,10 @@ def test_collective(matrix, section):
 
 
 def _reinit_and_backend_strings(rank: int, world_size: int, ports: list[int]) -> list[str]:
-    backends = ["cpu:tuned", "tuned"]
-    if dist.is_nccl_available():
-        backends.insert(1, "cpu:tuned,cuda:nccl")
+    # torch creates the NCCL backend eagerly and that needs a GPU; without one, a mixed string with gloo for CUDA
+    # still checks that a multi-device string maps the CPU to "tuned".
+    mixed = "cpu:tuned,cuda:nccl" if dist.is_nccl_available() and torch.cuda.is_available() else "cpu:tuned,cuda:gloo"
+    backends = ["cpu:tuned", mixed, "tuned"]
     for backend, port in zip(backends, ports):
         dist.init_process_group(backend, init_method=init_url(port), rank=rank, world_size=world_size)
         try:

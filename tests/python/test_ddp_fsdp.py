@@ -70,7 +70,7 @@ def _train_ddp(rank: int, group, kwargs: dict) -> dict[str, torch.Tensor]:
         opt.zero_grad()
         F.mse_loss(ddp(x), y).backward()
         opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, {n for n, _ in model.named_parameters()}
 
 
 def _ddp_parity_worker(rank: int, world_size: int) -> dict:
@@ -79,7 +79,8 @@ def _ddp_parity_worker(rank: int, world_size: int) -> dict:
     results = {}
     for name, kwargs in DDP_VARIANTS.items():
         try:
-            results[name] = {"tuned": _train_ddp(rank, None, kwargs), "gloo": _train_ddp(rank, gloo, kwargs)}
+            (tuned, param_names), (reference, _) = _train_ddp(rank, None, kwargs), _train_ddp(rank, gloo, kwargs)
+            results[name] = {"tuned": tuned, "gloo": reference, "param_names": param_names}
         except Exception:  # noqa: BLE001 - reported per variant by the test
             results[name] = traceback.format_exc()
     return results
@@ -108,10 +109,11 @@ def test_ddp_matches_gloo(world_size, variant):
         for key in tuned:
             torch.testing.assert_close(tuned[key], gloo[key], rtol=1e-6, atol=1e-7,
                                        msg=lambda m, k=key, r=rank: f"rank {r}, {k}: tuned vs gloo: {m}")
-        # DDP keeps replicas identical, and tuned's reductions are bit-identical on every rank.
+        # DDP keeps parameters identical across ranks (tuned's reductions are bit-identical on every rank). Buffers
+        # are not: rank 0's are broadcast before each forward, which then updates them from local data.
         if reference is None:
             reference = tuned
-        for key in tuned:
+        for key in result["param_names"]:
             assert torch.equal(tuned[key], reference[key]), f"rank {rank}'s {key} differs from rank 0's"
 
 
@@ -185,7 +187,7 @@ def _ddp_overlap_worker(rank: int, world_size: int) -> dict:
 
     ddp.register_comm_hook(None, recording_hook)
     first_grad_at = {}
-    first_weight.register_post_accumulate_grad_hook(lambda p: first_grad_at.setdefault("t", time.perf_counter()))
+    first_weight.register_post_accumulate_grad_hook(lambda p: first_grad_at.update(t=time.perf_counter()))
 
     gen = torch.Generator().manual_seed(7 + rank)
     iterations = []

@@ -182,6 +182,13 @@ def check_non_contiguous(c: Checker) -> None:
         c.expect(bool((holder[:, 1::2] == -1).all()), "non-contiguous receive wrote between the strides")
 
 
+def check_collective_after(c: Checker) -> None:
+    """The collectives still work after point-to-point traffic."""
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    c.expect(bool((t == c.world).all()), f"all_reduce after p2p gave {t.tolist()}")
+
+
 def _run_p2p_checks(rank: int, world: int) -> dict[str, list[str]]:
     c = Checker(rank, world)
     for p in DTYPES:
@@ -192,11 +199,7 @@ def _run_p2p_checks(rank: int, world: int) -> dict[str, list[str]]:
     c.run("batch-ring", check_batch_ring)
     c.run("large", check_large)
     c.run("non-contiguous", check_non_contiguous)
-    # The collectives still work after point-to-point traffic.
-    t = torch.ones(4)
-    dist.all_reduce(t)
-    c.section = "collective-after"
-    c.expect(bool((t == world).all()), f"all_reduce after p2p gave {t.tolist()}")
+    c.run("collective-after", check_collective_after)
     return dict(c.failures)
 
 
