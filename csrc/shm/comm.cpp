@@ -140,6 +140,8 @@ void ShmComm::createSegment(const OpContext& ctx) {
   ctl(rank_).startTime = me.startTime;
   // Publish the initialised header and our identity before anybody can count us in.
   header_->attached.store(1, std::memory_order_release);
+  // Release: abort() on another thread may use the initialised header from now on.
+  abortHeader_.store(header_, std::memory_order_release);
   rendezvous_->set(kSegmentKey, segment_.name());
 }
 
@@ -179,10 +181,17 @@ void ShmComm::openSegment(const OpContext& ctx) {
   ctl(rank_).startTime = me.startTime;
   // Our identity is visible to anyone who sees the incremented count.
   header_->attached.fetch_add(1, std::memory_order_acq_rel);
+  // Release: abort() on another thread may use the header from now on.
+  abortHeader_.store(header_, std::memory_order_release);
 }
 
 void ShmComm::waitAllAttached(const OpContext& ctx) {
   while (header_->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
+    // abort() ends this wait like every other: a peer's (through the segment) or ours from another thread.
+    if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
+      fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason), false, false);
+    }
+    throwIfFailed();
     if (std::chrono::steady_clock::now() >= ctx.deadline) {
       std::ostringstream missing;
       for (int p = 0; p < size_; ++p) {
@@ -212,27 +221,30 @@ void ShmComm::heartbeatLoop() {
 }
 
 void ShmComm::abort(const std::string& reason) {
+  std::string first;
   {
     std::lock_guard<std::mutex> lock(failMutex_);
-    if (failed_.load()) {
-      return;
+    if (!failed_.load()) {
+      failure_ = reason;
+      failed_.store(true, std::memory_order_release);
     }
-    failure_ = reason;
-    failed_.store(true, std::memory_order_release);
+    first = failure_;
   }
-  if (header_ == nullptr) {
+  // Shared even when we failed earlier: a failure from before the segment was attached reaches the peers now.
+  SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
+  if (header == nullptr) {
     return;
   }
   uint32_t expected = 0;
-  if (header_->abortFlag.compare_exchange_strong(expected, kAbortWriting)) {
-    header_->abortRank = rank_;
-    std::strncpy(header_->abortReason, reason.c_str(), kAbortReasonBytes - 1);
-    header_->abortReason[kAbortReasonBytes - 1] = '\0';
+  if (header->abortFlag.compare_exchange_strong(expected, kAbortWriting)) {
+    header->abortRank = rank_;
+    std::strncpy(header->abortReason, first.c_str(), kAbortReasonBytes - 1);
+    header->abortReason[kAbortReasonBytes - 1] = '\0';
     // Release: peers that see kAbortSet see the whole reason.
-    header_->abortFlag.store(kAbortSet, std::memory_order_release);
+    header->abortFlag.store(kAbortSet, std::memory_order_release);
   }
-  header_->bell.fetch_add(1);
-  futexWakeAll(&header_->bell);
+  header->bell.fetch_add(1);
+  futexWakeAll(&header->bell);
 }
 
 void ShmComm::throwIfFailed() {

@@ -163,6 +163,8 @@ class ShmComm {
   ShmSegment segment_;
   SegmentHeader* header_ = nullptr;
   RankCtl* ctls_ = nullptr;
+  // header_ for abort(), which may run on another thread (a watchdog): set once the header is initialised.
+  std::atomic<SegmentHeader*> abortHeader_{nullptr};
 
   // Protocol state, identical on every rank while the group is healthy.
   uint64_t step_ = 0;

@@ -31,6 +31,26 @@ from dist_utils import shm_entries  # noqa: E402
 _SHM_SETTLE_S = 3.0
 
 
+def _held_open(names: set) -> set:
+    """The names among `names` that a live process still holds open (another job of this user, mid-setup)."""
+    held = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("/dev/shm/") and target[len("/dev/shm/"):] in names:
+                held.add(target[len("/dev/shm/"):])
+    return held
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_shm():
     before = shm_entries()
@@ -40,4 +60,7 @@ def no_leaked_shm():
     while leaked and time.monotonic() < deadline:
         time.sleep(0.1)
         leaked &= shm_entries()
-    assert not leaked, f"the test left shared memory behind in /dev/shm: {sorted(leaked)}"
+    # The test's own processes have exited by now, so a name some live process holds belongs to another job.
+    leaked -= _held_open(leaked)
+    assert not leaked, (f"the test left shared memory behind in /dev/shm: {sorted(leaked)} (nobody holds it open; "
+                        "if other tunedist jobs of this user ran meanwhile, one of them may have left it)")

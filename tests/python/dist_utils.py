@@ -9,6 +9,9 @@ imports tunedist, joins a process group over ``tcp://127.0.0.1:<free port>`` (un
 file (``torch.save``, so tensors are fine). The parent raises :class:`LaunchError` with every failing rank's
 traceback, and kills all children when the overall ``timeout_s`` passes, so a hang never blocks the suite.
 
+Also here: ``make_input``/``reference``/``mismatch``, deterministic inputs and bit-exact reference reductions
+that the collective tests compute inside the ranks.
+
 Children also see ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``, so an ``init=False``
 function can call ``dist.init_process_group(..., init_method="env://")`` itself.
 """
@@ -16,18 +19,23 @@ function can call ``dist.init_process_group(..., init_method="env://")`` itself.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import tempfile
 import time
 import traceback
+import zlib
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
+
+PREMUL_FACTOR = 0.3  # not exact in binary: checks that the factor is rounded to the accumulator type once
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "tunedist_"
@@ -36,8 +44,10 @@ DEFAULT_TIMEOUT_S = 240.0
 # How long a group's waits may last inside the backend before it reports a timeout. Well below the launch timeout,
 # so a rank stuck on a dead or failed peer ends with the backend's own message rather than being killed.
 DEFAULT_PG_TIMEOUT_S = 90.0
-# Once one rank has failed, how long the others get to finish (or fail) before they are killed.
-FAILURE_GRACE_S = 20.0
+# Once one rank has failed, how long the others get to finish (or fail) before they are killed; longer when the
+# caller expects failures (return_exceptions=True), since survivors must then detect the failure and return.
+FAILURE_GRACE_S = 30.0
+EXPECTED_FAILURE_GRACE_S = 90.0
 # How long a rank that has reported its result gets to exit.
 EXIT_GRACE_S = 30.0
 
@@ -113,13 +123,14 @@ def _write_result(path: Path, payload: dict) -> None:
 
 def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, backend: str, init: bool,
             pg_timeout_s: float, result_dir: str, env: dict | None) -> None:
-    import torch.distributed as dist
-
     result_path = Path(result_dir) / f"rank{rank}.pt"
     payload: dict[str, Any]
     try:
-        if env:
-            os.environ.update({k: str(v) for k, v in env.items() if v is not None})
+        for k, v in (env or {}).items():  # already set at spawn; again here for anything that reset it
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = str(v)
         torch.set_num_threads(1)  # N ranks on a small machine: no intra-op thread oversubscription
         import tunedist  # noqa: F401  (registers the "tuned" backend)
 
@@ -151,12 +162,16 @@ def _read_result(path: Path) -> dict | None:
 
 def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout_s: float = DEFAULT_TIMEOUT_S,
            env: dict[str, str] | None = None, init: bool = True, pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S,
-           return_exceptions: bool = False) -> list:
+           return_exceptions: bool = False, failure_grace_s: float | None = None) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned processes; return their values by rank.
 
     ``env`` is added to the children's environment (a value of None removes the variable). With
     ``return_exceptions=True`` failed ranks yield a :class:`RankFailure` instead of raising :class:`LaunchError`.
+    Once a rank has failed the others get ``failure_grace_s`` to finish before they are killed (default 30 s, or
+    90 s with ``return_exceptions=True``).
     """
+    if failure_grace_s is None:
+        failure_grace_s = EXPECTED_FAILURE_GRACE_S if return_exceptions else FAILURE_GRACE_S
     assert world_size >= 1
     ctx = mp.get_context("spawn")
     port = free_port()
@@ -173,7 +188,7 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
                 with _patched_environ(child_env):
                     p.start()
                 procs.append(p)
-            killed = _wait(procs, paths, timeout_s)
+            killed = _wait(procs, paths, timeout_s, failure_grace_s)
         finally:
             for p in procs:
                 if p.is_alive():
@@ -205,7 +220,7 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
     return values
 
 
-def _wait(procs, paths, timeout_s: float) -> dict[int, str]:
+def _wait(procs, paths, timeout_s: float, failure_grace_s: float) -> dict[int, str]:
     """Wait for every child; kill stragglers. Returns {rank: why it was killed}."""
     deadline = time.monotonic() + timeout_s
     first_failure_at = None
@@ -232,8 +247,8 @@ def _wait(procs, paths, timeout_s: float) -> dict[int, str]:
             why = None
             if now >= deadline:
                 why = f"killed after the launch timeout of {timeout_s:.0f} s (hang?)"
-            elif first_failure_at is not None and now - first_failure_at > FAILURE_GRACE_S:
-                why = f"killed {FAILURE_GRACE_S:.0f} s after another rank failed"
+            elif first_failure_at is not None and now - first_failure_at > failure_grace_s:
+                why = f"killed {failure_grace_s:.0f} s after another rank failed"
             elif r in reported_at and now - reported_at[r] > EXIT_GRACE_S:
                 why = f"still alive {EXIT_GRACE_S:.0f} s after reporting its result"
             if why is not None:
@@ -242,3 +257,106 @@ def _wait(procs, paths, timeout_s: float) -> dict[int, str]:
                 killed[r] = why
                 exited.add(r)
         time.sleep(0.02)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Deterministic inputs and reference reductions, computed inside the ranks by the collective tests.
+#
+# The references do what the engine does: reduce in rank order 0..P-1, fp16/bf16 accumulated in fp32 and rounded
+# once, integers wrapping modulo 2^bits, so results compare bit for bit.
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+_BASE_N = 300_001  # inputs up to this size are prefixes of one cached tensor per (dtype, rank, tag, kind)
+
+
+def make_input(dtype: torch.dtype, n: int, rank: int, tag: str = "", kind: str = "gen") -> torch.Tensor:
+    """Rank `rank`'s input for case `tag`: a fresh tensor of n elements; kind "prod" keeps products small."""
+    if n <= _BASE_N:
+        return _base_input(dtype, rank, tag, kind)[:n].clone()
+    return _generate(dtype, n, rank, tag, kind)
+
+
+@functools.lru_cache(maxsize=64)
+def _base_input(dtype: torch.dtype, rank: int, tag: str, kind: str) -> torch.Tensor:
+    return _generate(dtype, _BASE_N, rank, tag, kind)
+
+
+def _generate(dtype: torch.dtype, n: int, rank: int, tag: str, kind: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(_seed(str(dtype), n, rank, tag, kind))
+    if dtype == torch.bool:
+        return torch.rand(n, generator=g) < 0.8
+    if dtype.is_floating_point:
+        if kind == "prod":
+            return (torch.rand(n, generator=g) + 0.5).to(dtype)
+        return (torch.randn(n, generator=g) * 4).to(dtype)
+    info = torch.iinfo(dtype)
+    if kind == "prod":
+        lo, hi = {torch.int8: (-4, 5), torch.uint8: (0, 16), torch.int32: (-300, 301)}.get(dtype, (-1000, 1001))
+    elif dtype == torch.int64:
+        lo, hi = -(2**60), 2**60  # four of them add up without overflowing the int64 reference
+    else:
+        lo, hi = info.min, info.max + 1  # full range: SUM must wrap like the two's-complement hardware
+    return torch.randint(lo, hi, (n,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def make_op(name: str):
+    return dist._make_nccl_premul_sum(PREMUL_FACTOR) if name == "PREMUL_SUM" else getattr(dist.ReduceOp, name)
+
+
+def input_kind(op: str) -> str:
+    return "prod" if op == "PRODUCT" else "gen"
+
+
+def reference(op: str, terms: list[torch.Tensor]) -> torch.Tensor:
+    """The engine's reduction of `terms` (in rank order), computed with torch."""
+    dtype = terms[0].dtype
+    n = len(terms)
+    if dtype == torch.bool:
+        fold = {"SUM": torch.logical_or, "MAX": torch.logical_or, "BOR": torch.logical_or,
+                "PRODUCT": torch.logical_and, "MIN": torch.logical_and, "BAND": torch.logical_and,
+                "BXOR": torch.logical_xor}[op]
+        acc = terms[0].clone()
+        for t in terms[1:]:
+            acc = fold(acc, t)
+        return acc
+    if dtype.is_floating_point:
+        acc_t = torch.float64 if dtype == torch.float64 else torch.float32
+        xs = [t.to(acc_t) for t in terms]
+        if op == "PREMUL_SUM":
+            f = torch.tensor(PREMUL_FACTOR, dtype=acc_t)
+            xs = [x * f for x in xs]
+    else:
+        xs = [t.to(torch.int64) for t in terms]  # then narrowed modulo 2^bits, like the engine's wrapping ops
+    combine = {"SUM": torch.add, "AVG": torch.add, "PREMUL_SUM": torch.add, "PRODUCT": torch.mul,
+               "MIN": torch.minimum, "MAX": torch.maximum, "BAND": torch.bitwise_and, "BOR": torch.bitwise_or,
+               "BXOR": torch.bitwise_xor}[op]
+    acc = xs[0].clone()
+    for x in xs[1:]:
+        acc = combine(acc, x)
+    if op == "AVG":
+        acc = acc / torch.full_like(acc, n)  # tensor / tensor: an IEEE division per element, as in the kernel
+    return acc.to(dtype)
+
+
+def tensor_bits(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of t (bools as 0/1), for bitwise comparison and hashing."""
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8)
+
+
+def mismatch(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """"" if the tensors are bitwise equal (same dtype and shape), else what differs and where first."""
+    if actual.dtype != expected.dtype or actual.shape != expected.shape:
+        return f"got {actual.dtype}{tuple(actual.shape)}, expected {expected.dtype}{tuple(expected.shape)}"
+    a, e = tensor_bits(actual), tensor_bits(expected)
+    if torch.equal(a, e):
+        return ""
+    es = actual.element_size() if actual.dtype != torch.bool else 1
+    bad = (a.view(-1, es) != e.view(-1, es)).any(dim=1).nonzero().reshape(-1)
+    i = int(bad[0])
+    return (f"{bad.numel()} of {actual.numel()} elements differ; first at flat index {i}: got "
+            f"{actual.reshape(-1)[i].item()!r}, expected {expected.reshape(-1)[i].item()!r}")

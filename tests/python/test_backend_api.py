@@ -1,4 +1,5 @@
-"""The backend as torch sees it: registration, the Backend and Work objects, profiler titles, and import guards."""
+"""The backend as torch sees it: registration, the Backend and Work objects, profiler titles, import guards, and
+initialisation variants (backend strings, destroy then init again, TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dist_utils import launch
+from dist_utils import free_port, init_url, launch, make_input, reference
 
 IMPORT_TIMEOUT_S = 180
 
@@ -26,6 +27,33 @@ def test_registration():
     assert tunedist.simd_level() in ("scalar", "avx2", "avx512")
 
 
+def _op_type_calls(pg, t: torch.Tensor, rank: int, w: int) -> list:
+    """(expected OpType, a call that issues that op async and returns its Work), one per collective."""
+    OpType = torch._C._distributed_c10d.OpType
+    out = torch.empty(w * t.numel())
+    return [
+        (OpType.ALLREDUCE, lambda: dist.all_reduce(t, async_op=True)),
+        (OpType.BROADCAST, lambda: dist.broadcast(t, src=0, async_op=True)),
+        (OpType.REDUCE, lambda: dist.reduce(t, dst=0, async_op=True)),
+        (OpType.ALLGATHER, lambda: dist.all_gather([torch.empty_like(t) for _ in range(w)], t, async_op=True)),
+        (OpType._ALLGATHER_BASE, lambda: dist.all_gather_into_tensor(out, t, async_op=True)),
+        (OpType.REDUCE_SCATTER, lambda: dist.reduce_scatter(t, list(out.chunk(w)), async_op=True)),
+        (OpType._REDUCE_SCATTER_BASE, lambda: dist.reduce_scatter_tensor(t, out, async_op=True)),
+        (OpType.ALLTOALL_BASE, lambda: dist.all_to_all_single(torch.empty(w * 3), torch.ones(w * 3),
+                                                              async_op=True)),
+        (OpType.ALLTOALL, lambda: dist.all_to_all([torch.empty(2) for _ in range(w)],
+                                                  [torch.ones(2) for _ in range(w)], async_op=True)),
+        (OpType.GATHER, lambda: dist.gather(t, [torch.empty_like(t) for _ in range(w)] if rank == 0 else None,
+                                            dst=0, async_op=True)),
+        (OpType.SCATTER, lambda: dist.scatter(t, [torch.ones_like(t) for _ in range(w)] if rank == 0 else None,
+                                              src=0, async_op=True)),
+        # (dist.all_reduce_coalesced hands back a Future, so call the group for the Work)
+        (OpType.ALLREDUCE_COALESCED, lambda: pg.allreduce_coalesced([t, torch.ones(3)],
+                                                                    dist.AllreduceCoalescedOptions())),
+        (OpType.BARRIER, lambda: dist.barrier(async_op=True)),
+    ]
+
+
 def _backend_objects(rank: int, world_size: int) -> dict:
     from torch._C._distributed_c10d import Backend
 
@@ -36,49 +64,21 @@ def _backend_objects(rank: int, world_size: int) -> dict:
     assert backend.name() == "tuned", backend.name()
     assert dist.get_backend() == "tuned"
     assert backend.rank() == rank and backend.size() == world_size
-
-    def seq():
-        return backend._get_sequence_number_for_group()
+    seq = backend._get_sequence_number_for_group
 
     seq0 = seq()
     t = torch.full((1001,), float(rank))
     work = dist.all_reduce(t, async_op=True)
-    fut = work.get_future()
-    value = fut.wait()
+    value = work.get_future().wait()
     assert work.is_completed()
     assert isinstance(value, list) and len(value) == 1 and value[0].data_ptr() == t.data_ptr(), value
     assert torch.equal(t, torch.full((1001,), float(sum(range(world_size)))))
     assert work.result()[0].data_ptr() == t.data_ptr()
-    assert seq() == seq0 + 1, (seq0, seq())
-    assert work._get_sequence_number() == seq0 + 1, (work._get_sequence_number(), seq0)
+    assert seq() == seq0 + 1 and work._get_sequence_number() == seq0 + 1, (seq0, seq(), work._get_sequence_number())
 
     # Every Work carries its op type and the group's next sequence number, whatever the op.
-    OpType = torch._C._distributed_c10d.OpType
-    w = world_size
-    out = torch.empty(w * 1001)
-    calls = [
-        (OpType.ALLREDUCE, lambda: dist.all_reduce(t, async_op=True)),
-        (OpType.BROADCAST, lambda: dist.broadcast(t, src=0, async_op=True)),
-        (OpType.REDUCE, lambda: dist.reduce(t, dst=0, async_op=True)),
-        (OpType.ALLGATHER, lambda: dist.all_gather([torch.empty(1001) for _ in range(w)], t, async_op=True)),
-        (OpType._ALLGATHER_BASE, lambda: dist.all_gather_into_tensor(out, t, async_op=True)),
-        (OpType.REDUCE_SCATTER, lambda: dist.reduce_scatter(t, list(out.chunk(w)), async_op=True)),
-        (OpType._REDUCE_SCATTER_BASE, lambda: dist.reduce_scatter_tensor(t, out, async_op=True)),
-        (OpType.ALLTOALL_BASE, lambda: dist.all_to_all_single(torch.empty(w * 3), torch.ones(w * 3),
-                                                              async_op=True)),
-        (OpType.ALLTOALL, lambda: dist.all_to_all([torch.empty(2) for _ in range(w)],
-                                                  [torch.ones(2) for _ in range(w)], async_op=True)),
-        (OpType.GATHER, lambda: dist.gather(t, [torch.empty(1001) for _ in range(w)] if rank == 0 else None,
-                                            dst=0, async_op=True)),
-        (OpType.SCATTER, lambda: dist.scatter(t, [torch.ones(1001) for _ in range(w)] if rank == 0 else None,
-                                              src=0, async_op=True)),
-        # (dist.all_reduce_coalesced hands back a Future, so call the group for the Work)
-        (OpType.ALLREDUCE_COALESCED, lambda: pg.allreduce_coalesced([t, torch.ones(3)],
-                                                                    dist.AllreduceCoalescedOptions())),
-        (OpType.BARRIER, lambda: dist.barrier(async_op=True)),
-    ]
     problems = []
-    for expected, call in calls:
+    for expected, call in _op_type_calls(pg, t, rank, world_size):
         before = seq()
         work = call()
         work.wait()
@@ -89,10 +89,9 @@ def _backend_objects(rank: int, world_size: int) -> dict:
     assert not problems, problems
     # A sub-group counts on its own.
     sub = dist.new_group(list(range(world_size)))
-    sub_backend = sub._get_backend(torch.device("cpu"))
     before = seq()
     dist.all_reduce(t, group=sub)
-    assert sub_backend._get_sequence_number_for_group() == 1 and seq() == before
+    assert sub._get_backend(torch.device("cpu"))._get_sequence_number_for_group() == 1 and seq() == before
 
     # Every op shows up in the profiler under its title.
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -102,8 +101,7 @@ def _backend_objects(rank: int, world_size: int) -> dict:
         dist.all_gather_into_tensor(out, t)
         dist.reduce_scatter_tensor(t, out)
         dist.all_reduce(t, async_op=True).wait()
-    names = {e.name for e in prof.events()}
-    return {"names": sorted(n for n in names if n.startswith("tuned:"))}
+    return {"names": sorted({e.name for e in prof.events() if e.name.startswith("tuned:")})}
 
 
 def test_backend_objects_work_and_profiler():
@@ -182,3 +180,56 @@ def test_cuda_tensor_on_cpu_only_group_fails_clearly():
     for rank, msg in enumerate(results):
         assert msg, f"rank {rank}: all_reduce of a CUDA tensor on a cpu:tuned group did not fail"
         assert "cuda" in msg.lower(), f"rank {rank}: the error does not mention CUDA: {msg}"
+
+
+# Initialisation variants, each in its own launch.
+
+
+def _reinit_and_backend_strings(rank: int, world_size: int, ports: list[int]) -> list[str]:
+    # torch creates the NCCL backend eagerly and that needs a GPU; without one, a mixed string with gloo for CUDA
+    # still checks that a multi-device string maps the CPU to "tuned".
+    mixed = "cpu:tuned,cuda:nccl" if dist.is_nccl_available() and torch.cuda.is_available() else "cpu:tuned,cuda:gloo"
+    backends = ["cpu:tuned", mixed, "tuned"]
+    for backend, port in zip(backends, ports):
+        dist.init_process_group(backend, init_method=init_url(port), rank=rank, world_size=world_size)
+        try:
+            assert dist.get_backend() in (backend, "tuned"), dist.get_backend()
+            cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+            assert cpu_backend.name() == "tuned", f"{backend}: the CPU backend is {cpu_backend.name()}"
+            t = torch.full((1001,), float(rank + 1))
+            dist.all_reduce(t)
+            assert torch.equal(t, torch.full((1001,), float(world_size * (world_size + 1) // 2))), (backend, t[:4])
+            b = torch.full((5,), rank)
+            dist.broadcast(b, src=world_size - 1)
+            assert torch.equal(b, torch.full((5,), world_size - 1)), (backend, b)
+        finally:
+            dist.destroy_process_group()
+        assert not dist.is_initialized()
+    return backends
+
+
+def test_destroy_then_init_again_with_backend_strings():
+    ports = [free_port() for _ in range(3)]
+    results = launch(2, _reinit_and_backend_strings, ports, init=False)
+    assert results[0] == results[1]
+
+
+def _debug_detail(rank: int, world_size: int) -> None:
+    from torch.distributed import DebugLevel, get_debug_level
+
+    assert get_debug_level() == DebugLevel.DETAIL
+    inputs = [make_input(torch.float32, 1001, r, "dbg") for r in range(world_size)]
+    t = inputs[rank].clone()
+    dist.all_reduce(t)
+    assert torch.equal(t, reference("SUM", inputs))
+    b = make_input(torch.float32, 1001, rank, "dbgb")
+    dist.broadcast(b, src=1)
+    assert torch.equal(b, make_input(torch.float32, 1001, 1, "dbgb"))
+    outs = [torch.empty(1001) for _ in range(world_size)]
+    dist.all_gather(outs, inputs[rank])
+    for p in range(world_size):
+        assert torch.equal(outs[p], inputs[p])
+
+
+def test_torch_distributed_debug_detail():
+    launch(2, _debug_detail, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})

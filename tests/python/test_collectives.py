@@ -1,5 +1,8 @@
 """Every collective of the ``tuned`` backend, in real processes, against closed-form values.
 
+(Init variants, backend strings and TORCH_DISTRIBUTED_DEBUG live in test_backend_api.py; the random mix in
+test_soak.py.)
+
 One launch per world size (1, 2, 3, 4) runs every check below inside the ranks (``_run_all_checks``); each pytest
 test then reports one section of that run, so a failure names its collective, dtype, size, root and rank while the
 suite pays for process start-up only four times. Each rank computes the expected values itself from the inputs of
@@ -9,116 +12,28 @@ reduces in rank order 0..P-1, accumulating fp16/bf16 in fp32 and rounding once, 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import time
 import traceback
-import zlib
+import warnings
 from collections import defaultdict
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from dist_utils import free_port, init_url, launch
+from dist_utils import input_kind, launch, make_input, make_op, mismatch, reference, tensor_bits
 
 WORLD_SIZES = [pytest.param(n, id=f"w{n}") for n in (1, 2, 3, 4)]
-# 300_000 elements exceed one 1 MiB slot (and the 256 KiB one-shot limit) for 4-byte types: the two-shot path.
-SIZES = (0, 1, 1001, 300_000)
+# 300_001 elements: above the 256 KiB one-shot limit for every dtype (the two-shot path), more than one
+# 1 MiB slot for 4- and 8-byte types (several chunks), and divisible by no world size > 1 (uneven slices).
+SIZES = (0, 1, 1001, 300_001)
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INTS = (torch.int8, torch.uint8, torch.int32, torch.int64)
-PREMUL_FACTOR = 0.3  # not exact in binary: checks that the factor is rounded to the accumulator type once
-
-R = dist.ReduceOp
 FLOAT_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM")
 INT_OPS = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 BOOL_OPS = ("SUM", "MAX", "MIN", "PRODUCT")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Deterministic inputs and reference reductions (used inside the ranks).
-
-
-def _seed(*parts) -> int:
-    return zlib.crc32(repr(parts).encode())
-
-
-_BASE_N = 300_000  # inputs up to this size are prefixes of one cached tensor per (dtype, rank, tag, kind)
-
-
-def make_input(dtype: torch.dtype, n: int, rank: int, tag: str = "", kind: str = "gen") -> torch.Tensor:
-    """Rank `rank`'s input for case `tag`: a fresh tensor of n elements; kind "prod" keeps products small."""
-    if n <= _BASE_N:
-        return _base_input(dtype, rank, tag, kind)[:n].clone()
-    return _generate(dtype, n, rank, tag, kind)
-
-
-@functools.lru_cache(maxsize=64)
-def _base_input(dtype: torch.dtype, rank: int, tag: str, kind: str) -> torch.Tensor:
-    return _generate(dtype, _BASE_N, rank, tag, kind)
-
-
-def _generate(dtype: torch.dtype, n: int, rank: int, tag: str, kind: str) -> torch.Tensor:
-    g = torch.Generator().manual_seed(_seed(str(dtype), n, rank, tag, kind))
-    if dtype == torch.bool:
-        return torch.rand(n, generator=g) < 0.8
-    if dtype.is_floating_point:
-        if kind == "prod":
-            return (torch.rand(n, generator=g) + 0.5).to(dtype)
-        return (torch.randn(n, generator=g) * 4).to(dtype)
-    info = torch.iinfo(dtype)
-    if kind == "prod":
-        lo, hi = {torch.int8: (-4, 5), torch.uint8: (0, 16), torch.int32: (-300, 301)}.get(dtype, (-1000, 1001))
-    elif dtype == torch.int64:
-        lo, hi = -(2**60), 2**60  # four of them add up without overflowing the int64 reference
-    else:
-        lo, hi = info.min, info.max + 1  # full range: SUM must wrap like the two's-complement hardware
-    return torch.randint(lo, hi, (n,), generator=g, dtype=torch.int64).to(dtype)
-
-
-def make_op(name: str):
-    return dist._make_nccl_premul_sum(PREMUL_FACTOR) if name == "PREMUL_SUM" else getattr(R, name)
-
-
-def input_kind(op: str) -> str:
-    return "prod" if op == "PRODUCT" else "gen"
-
-
-def reference(op: str, terms: list[torch.Tensor]) -> torch.Tensor:
-    """The engine's reduction of `terms` (in rank order), computed with torch."""
-    dtype = terms[0].dtype
-    n = len(terms)
-    if dtype == torch.bool:
-        fold = {"SUM": torch.logical_or, "MAX": torch.logical_or, "BOR": torch.logical_or,
-                "PRODUCT": torch.logical_and, "MIN": torch.logical_and, "BAND": torch.logical_and,
-                "BXOR": torch.logical_xor}[op]
-        acc = terms[0].clone()
-        for t in terms[1:]:
-            acc = fold(acc, t)
-        return acc
-    if dtype.is_floating_point:
-        acc_t = torch.float64 if dtype == torch.float64 else torch.float32
-        xs = [t.to(acc_t) for t in terms]
-        if op == "PREMUL_SUM":
-            f = torch.tensor(PREMUL_FACTOR, dtype=acc_t)
-            xs = [x * f for x in xs]
-    else:
-        xs = [t.to(torch.int64) for t in terms]  # then narrowed modulo 2^bits, like the engine's wrapping ops
-    combine = {"SUM": torch.add, "AVG": torch.add, "PREMUL_SUM": torch.add, "PRODUCT": torch.mul,
-               "MIN": torch.minimum, "MAX": torch.maximum, "BAND": torch.bitwise_and, "BOR": torch.bitwise_or,
-               "BXOR": torch.bitwise_xor}[op]
-    acc = xs[0].clone()
-    for x in xs[1:]:
-        acc = combine(acc, x)
-    if op == "AVG":
-        acc = acc / torch.full_like(acc, n)  # tensor / tensor: an IEEE division per element, as in the kernel
-    return acc.to(dtype)
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().contiguous().reshape(-1)
-    return t.view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8)
 
 
 class Checker:
@@ -138,27 +53,17 @@ class Checker:
             self.failures[self.section].append(f"rank {self.rank}: {msg}")
 
     def equal(self, actual: torch.Tensor, expected: torch.Tensor, what: str) -> bool:
-        if actual.dtype != expected.dtype or actual.shape != expected.shape:
-            self.fail(f"{what}: got {actual.dtype}{tuple(actual.shape)}, expected {expected.dtype}"
-                      f"{tuple(expected.shape)}")
-            return False
-        a, e = _bits(actual), _bits(expected)
-        if torch.equal(a, e):
-            return True
-        flat_a, flat_e = actual.reshape(-1), expected.reshape(-1)
-        es = actual.element_size() if actual.dtype != torch.bool else 1
-        bad = (a.view(-1, es) != e.view(-1, es)).any(dim=1).nonzero().reshape(-1)
-        i = int(bad[0])
-        self.fail(f"{what}: {bad.numel()} of {actual.numel()} elements differ; first at flat index {i}: got "
-                  f"{flat_a[i].item()!r}, expected {flat_e[i].item()!r}")
-        return False
+        problem = mismatch(actual, expected)
+        if problem:
+            self.fail(f"{what}: {problem}")
+        return not problem
 
     def true(self, cond: bool, what: str) -> None:
         if not cond:
             self.fail(what)
 
     def digest(self, name: str, t: torch.Tensor) -> None:
-        self.digests[self.section].append((name, hashlib.sha1(_bits(t).numpy().tobytes()).hexdigest()))
+        self.digests[self.section].append((name, hashlib.sha1(tensor_bits(t).numpy().tobytes()).hexdigest()))
 
     def run(self, name: str, fn) -> None:
         self.section = name
@@ -202,7 +107,7 @@ def check_all_reduce(c: Checker) -> None:
 def check_all_reduce_coalesced(c: Checker) -> None:
     w = c.world_size
     for dtype, op in ((torch.float32, "SUM"), (torch.bfloat16, "AVG"), (torch.int64, "MAX")):
-        shapes = [(3, 5), (0,), (1001,), (7, 0, 2), (300_000,)]
+        shapes = [(3, 5), (0,), (1001,), (7, 0, 2), (300_001,)]
         inputs = [[make_input(dtype, int(torch.Size(s).numel()), r, f"arc{i}").view(s) for i, s in
                    enumerate(shapes)] for r in range(w)]
         ts = [x.clone() for x in inputs[c.rank]]
@@ -267,7 +172,7 @@ def check_all_gather_into_tensor(c: Checker) -> None:
             dist.all_gather_into_tensor(out3, block)
             c.equal(out3, expected, f"all_gather_into_tensor in-place {dtype} n={n}")
     # uint8 views of float tensors (how FSDP flattens mixed dtypes).
-    for n in (0, 1, 1001, 300_000):
+    for n in (0, 1, 1001, 300_001):
         mine = make_input(torch.float32, n, rank, "agu8")
         out = torch.empty(w * n * 4, dtype=torch.uint8)
         dist.all_gather_into_tensor(out, mine.view(torch.uint8))
@@ -277,7 +182,7 @@ def check_all_gather_into_tensor(c: Checker) -> None:
 
 def check_all_gather_coalesced(c: Checker) -> None:
     w, rank = c.world_size, c.rank
-    specs = [(torch.float32, 1001), (torch.bfloat16, 0), (torch.int64, 300_000), (torch.uint8, 17)]
+    specs = [(torch.float32, 1001), (torch.bfloat16, 0), (torch.int64, 300_001), (torch.uint8, 17)]
     outs = [torch.empty(w * n, dtype=dt) for dt, n in specs]
     with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
         for (dt, n), out in zip(specs, outs):
@@ -327,7 +232,7 @@ def check_reduce_scatter(c: Checker) -> None:
                 dist.reduce_scatter_tensor(own, inp2, op=make_op(op))
                 c.equal(own, expected, f"reduce_scatter_tensor output=input.chunk(w)[rank] {op} {dtype} n={n}")
     # Coalesced reduce_scatter_tensor.
-    specs = [(torch.float32, 1001), (torch.float32, 0), (torch.float32, 300_000), (torch.float32, 3)]
+    specs = [(torch.float32, 1001), (torch.float32, 0), (torch.float32, 300_001), (torch.float32, 3)]
     outs = [torch.empty(n, dtype=dt) for dt, n in specs]
     with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
         for i, ((dt, n), out) in enumerate(zip(specs, outs)):
@@ -412,7 +317,8 @@ def check_functional(c: Checker) -> None:
 
     w, rank = c.world_size, c.rank
     group = dist.group.WORLD
-    for n in (0, 1001, 300_000):
+    warnings.filterwarnings("ignore", category=FutureWarning)  # reduce_scatter_tensor's deprecation notice
+    for n in (0, 1001, 300_001):
         inputs = [make_input(torch.float32, n, r, "fc") for r in range(w)]
         out = funcol.all_reduce(inputs[rank].clone(), "sum", group=group).wait()
         c.equal(out, reference("SUM", inputs), f"funcol.all_reduce n={n}")
@@ -420,7 +326,8 @@ def check_functional(c: Checker) -> None:
         c.equal(out, torch.cat(inputs), f"funcol.all_gather_tensor n={n}")
         full = [make_input(torch.float32, w * n, r, "fcrs") for r in range(w)]
         out = funcol.reduce_scatter_tensor(full[rank], "sum", 0, group=group).wait()
-        c.equal(out, reference("SUM", [f[rank * n:(rank + 1) * n] for f in full]), f"funcol.reduce_scatter_tensor n={n}")
+        c.equal(out, reference("SUM", [f[rank * n:(rank + 1) * n] for f in full]),
+                f"funcol.reduce_scatter_tensor n={n}")
 
 
 def check_zero_size(c: Checker) -> None:
@@ -457,7 +364,7 @@ def check_non_contiguous(c: Checker) -> None:
             # all_reduce of a strided slice; the elements in between must stay untouched.
             full = bases[rank].clone().view(-1)
             sl = full[::2]
-            dist.all_reduce(sl, op=R.MAX)
+            dist.all_reduce(sl, op=dist.ReduceOp.MAX)
             expect = bases[rank].clone().view(-1)
             expect[::2] = reference("MAX", [b.view(-1)[::2] for b in bases])
             c.equal(full, expect, f"all_reduce on x[::2] {dtype} n={rows * cols}")
@@ -490,7 +397,7 @@ def check_async(c: Checker) -> None:
     for i, work in enumerate(works):
         work.wait()
         c.true(work.is_completed(), f"work {i} is not completed after wait()")
-        c.true(work.is_success(), f"work {i} is not successful after wait()")
+        c.true(work.exception() is None, f"work {i} completed with {work.exception()}")
     for i, (t, work) in enumerate(zip(ts, works)):
         c.equal(t, reference("SUM", inputs[i]), f"async all_reduce n={SIZES[i]}")
         res = work.get_future().wait()
@@ -604,57 +511,3 @@ def test_collective(matrix, section):
                 problems.append(f"{name}: rank {rank}'s result differs bitwise from rank 0's")
     if problems:
         pytest.fail(f"{section} with world size {world_size}:\n" + "\n".join(problems), pytrace=False)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Initialisation variants, each in its own launch.
-
-
-def _reinit_and_backend_strings(rank: int, world_size: int, ports: list[int]) -> list[str]:
-    # torch creates the NCCL backend eagerly and that needs a GPU; without one, a mixed string with gloo for CUDA
-    # still checks that a multi-device string maps the CPU to "tuned".
-    mixed = "cpu:tuned,cuda:nccl" if dist.is_nccl_available() and torch.cuda.is_available() else "cpu:tuned,cuda:gloo"
-    backends = ["cpu:tuned", mixed, "tuned"]
-    for backend, port in zip(backends, ports):
-        dist.init_process_group(backend, init_method=init_url(port), rank=rank, world_size=world_size)
-        try:
-            assert dist.get_backend() in (backend, "tuned"), dist.get_backend()
-            cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-            assert cpu_backend.name() == "tuned", f"{backend}: the CPU backend is {cpu_backend.name()}"
-            t = torch.full((1001,), float(rank + 1))
-            dist.all_reduce(t)
-            assert torch.equal(t, torch.full((1001,), float(world_size * (world_size + 1) // 2))), (backend, t[:4])
-            b = torch.full((5,), rank)
-            dist.broadcast(b, src=world_size - 1)
-            assert torch.equal(b, torch.full((5,), world_size - 1)), (backend, b)
-        finally:
-            dist.destroy_process_group()
-        assert not dist.is_initialized()
-    return backends
-
-
-def test_destroy_then_init_again_with_backend_strings():
-    ports = [free_port() for _ in range(3)]
-    results = launch(2, _reinit_and_backend_strings, ports, init=False)
-    assert results[0] == results[1]
-
-
-def _debug_detail(rank: int, world_size: int) -> None:
-    from torch.distributed import DebugLevel, get_debug_level
-
-    assert get_debug_level() == DebugLevel.DETAIL
-    inputs = [make_input(torch.float32, 1001, r, "dbg") for r in range(world_size)]
-    t = inputs[rank].clone()
-    dist.all_reduce(t)
-    assert torch.equal(t, reference("SUM", inputs))
-    b = make_input(torch.float32, 1001, rank, "dbgb")
-    dist.broadcast(b, src=1)
-    assert torch.equal(b, make_input(torch.float32, 1001, 1, "dbgb"))
-    outs = [torch.empty(1001) for _ in range(world_size)]
-    dist.all_gather(outs, inputs[rank])
-    for p in range(world_size):
-        assert torch.equal(outs[p], inputs[p])
-
-
-def test_torch_distributed_debug_detail():
-    launch(2, _debug_detail, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})

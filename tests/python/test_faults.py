@@ -1,8 +1,8 @@
 """Failure handling of the ``tuned`` backend with real processes: dead peers, slow peers, timeouts, ranks that
 disagree, caller errors on one rank, torchrun restarts and abort.
 
-Groups run with a 300 s timeout unless a test is about the timeout, so an error that arrives within a few seconds
-shows that the backend detected the fault itself rather than timing out. No test asserts speed otherwise.
+Groups run with a 300 s timeout unless a test says otherwise, so an error that arrives within a few seconds shows
+that the backend detected the fault itself rather than timing out. No test asserts speed otherwise.
 """
 
 from __future__ import annotations
@@ -134,30 +134,42 @@ def test_slow_peer_is_not_dead():
     assert launch(2, _slow_peer_worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S) == [4.0, 4.0]
 
 
-def _timeout_worker(rank: int, world_size: int, warm_up: bool) -> dict | None:
-    # Our own store with a long timeout, so the 3 s group timeout governs only the backend's waits.
-    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), world_size, rank == 0,
-                          timedelta(seconds=60))
-    dist.init_process_group("tuned", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=3))
-    if warm_up:
-        dist.all_reduce(torch.ones(4))
-    if rank == 1:
-        try:
-            store.wait(["rank0_done"], timedelta(seconds=15))  # never calls the collective rank 0 waits in
-        except RuntimeError:
-            pass
-        return None
-    message, elapsed = _expect_error(dist.all_reduce, torch.ones(4))
-    store.set("rank0_done", "1")
-    return {"message": message, "elapsed": elapsed}
+TIMEOUT_CASES = {"while_attaching": False, "in_protocol": True}  # name: warm up the group first?
 
 
-@pytest.mark.parametrize("warm_up", [False, True], ids=["while_attaching", "in_protocol"])
-def test_timeout_names_missing_rank(warm_up):
-    res = launch(2, _timeout_worker, warm_up, init=False, timeout_s=LAUNCH_TIMEOUT_S)[0]
-    msg = res["message"]
+def _timeout_worker(rank: int, world_size: int) -> dict:
+    # Each case gets a fresh group with a 3 s timeout, in which rank 1 never calls the all_reduce rank 0 waits in.
+    store = dist.distributed_c10d._get_default_store()
+    results = {}
+    for name, warm_up in TIMEOUT_CASES.items():
+        group = dist.new_group(backend="tuned", timeout=timedelta(seconds=3))
+        if warm_up:
+            dist.all_reduce(torch.ones(4), group=group)
+        if rank == 0:
+            results[name] = _expect_error(dist.all_reduce, torch.ones(4), group=group)
+            store.set(f"{name}_done", "1")
+        else:
+            store.wait([f"{name}_done"], timedelta(seconds=60))
+        dist.destroy_process_group(group)
+    return results
+
+
+@functools.lru_cache(maxsize=None)
+def _timeout_runs():
+    try:
+        return launch(2, _timeout_worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - cached so every case reports it without relaunching
+        return exc
+
+
+@pytest.mark.parametrize("case", list(TIMEOUT_CASES))
+def test_timeout_names_missing_rank(case):
+    runs = _timeout_runs()
+    if isinstance(runs, Exception):
+        raise runs
+    msg, elapsed = runs[0][case]
     assert "timed out" in msg and re.search(r"ranks \[1\]|rank 1\b", msg), msg
-    assert 2.5 <= res["elapsed"] < 30.0, f"timed out after {res['elapsed']:.1f} s with a 3 s timeout: {msg}"
+    assert 2.5 <= elapsed < 30.0, f"timed out after {elapsed:.1f} s with a 3 s timeout: {msg}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -242,37 +254,43 @@ def test_mismatch_fails_every_rank(case):
 # A caller error on one rank only
 
 
-# Rank 0 keeps its process (and the store it hosts) alive this long after its own error, so that rank 1 can only
-# learn of the failure through the backend, not through the store connection breaking when rank 0 exits.
+# Both ranks keep their processes (rank 0's hosts the store) alive up to this long after their own result, so the
+# correct rank can learn of the failure only through the backend, not through the store connection breaking.
 CALLER_ERROR_BOUND_S = 30.0
+# The group timeout of this test: above the bound, so a rank that is never told fails the bound check.
+CALLER_ERROR_GROUP_TIMEOUT_S = 60.0
+# id: (warm up first?, the rank that passes a bad output list)
+CALLER_ERROR_CASES = {"after_warm_up-rank0": (True, 0), "first_collective-rank0": (False, 0),
+                      "first_collective-rank1": (False, 1)}
 
 
-def _caller_error_worker(rank: int, world_size: int, warm_up: bool) -> tuple[str, float]:
+def _caller_error_worker(rank: int, world_size: int, warm_up: bool, bad_rank: int) -> tuple[str, float]:
     store = dist.distributed_c10d._get_default_store()
     if warm_up:
         dist.all_reduce(torch.ones(2))
     x = torch.ones(3)
-    outputs = [torch.empty(3) for _ in range(world_size if rank == 1 else world_size - 1)]
+    outputs = [torch.empty(3) for _ in range(world_size - 1 if rank == bad_rank else world_size)]
     result = _expect_error(dist.all_gather, outputs, x)
-    if rank == 1:
-        store.set("rank1_done", "1")
-    else:
-        try:
-            store.wait(["rank1_done"], timedelta(seconds=CALLER_ERROR_BOUND_S))
-        except RuntimeError:
-            pass
+    store.set(f"done_{rank}", "1")
+    try:
+        store.wait([f"done_{1 - rank}"], timedelta(seconds=CALLER_ERROR_BOUND_S))
+    except RuntimeError:
+        pass
     return result
 
 
-@pytest.mark.parametrize("warm_up", [True, False], ids=["after_warm_up", "first_collective"])
-def test_caller_error_on_one_rank_fails_the_other(warm_up):
-    """Rank 0 passes an output list of the wrong length to all_gather; rank 1 calls it correctly. Rank 0 gets the
-    validation error, and rank 1 an error naming rank 0 (not a hang until the group timeout)."""
-    (msg0, t0), (msg1, t1) = launch(2, _caller_error_worker, warm_up, pg_timeout_s=GROUP_TIMEOUT_S,
-                                    timeout_s=LAUNCH_TIMEOUT_S)
-    assert "all_gather" in msg0 and "output list" in msg0, msg0
-    assert t1 < CALLER_ERROR_BOUND_S, f"rank 1 waited {t1:.0f} s for rank 0, which failed at once: {msg1[:600]}"
-    assert "rank 0" in msg1, msg1
+@pytest.mark.parametrize("case", list(CALLER_ERROR_CASES))
+def test_caller_error_on_one_rank_fails_the_other(case):
+    """One rank passes an output list of the wrong length to all_gather; the other calls it correctly. The bad rank
+    gets the validation error, the other an error naming the bad rank (not a wait until the group timeout)."""
+    warm_up, bad = CALLER_ERROR_CASES[case]
+    results = launch(2, _caller_error_worker, warm_up, bad, pg_timeout_s=CALLER_ERROR_GROUP_TIMEOUT_S,
+                     timeout_s=LAUNCH_TIMEOUT_S)
+    (bad_msg, _), (good_msg, good_s) = results[bad], results[1 - bad]
+    assert "all_gather" in bad_msg and "output list" in bad_msg, bad_msg
+    assert good_s < CALLER_ERROR_BOUND_S, (
+        f"rank {1 - bad} waited {good_s:.0f} s for rank {bad}, which failed at once: {good_msg[:600]}")
+    assert f"rank {bad}" in good_msg, good_msg
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Every rank derives the same random sequence from one seed: for op index i, the group (world, [0,1], [1,2,3] or
 [0,3]), the collective (all_reduce, broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, uneven
-all_to_all_single, barrier), dtype, size (0 .. ~2M elements, log-uniform), root and reduce op. Inputs are a
+all_to_all_single, barrier), dtype, size (0 .. ~2M elements, log-uniform), root, reduce op, and whether it is
+issued with async_op=True (then up to 8 ops, on several groups, are in flight before they are checked). Inputs are a
 function of (seed, i, rank), so each rank computes every expected result locally from the inputs of all ranks and
 compares bit for bit. A failure names the seed, op index, op, dtype, size, group, root and rank.
 
@@ -22,8 +23,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from dist_utils import launch
-from test_collectives import make_op, reference
+from dist_utils import launch, make_op, mismatch, reference
 
 WORLD_SIZE = 4
 GROUPS = ([0, 1, 2, 3], [0, 1], [1, 2, 3], [0, 3])
@@ -51,7 +51,7 @@ def _plan(seed: int, i: int) -> dict:
     kind = "bool" if dtype == torch.bool else "float" if dtype.is_floating_point else "int"
     g = len(members)
     plan = {"i": i, "op": op, "dtype": dtype, "n": n, "group": members, "root": rng.choice(members),
-            "redop": rng.choice(REDOPS[kind]), "offset": rng.randrange(POOL_SLACK)}
+            "redop": rng.choice(REDOPS[kind]), "offset": rng.randrange(POOL_SLACK), "async": rng.random() < 0.3}
     if op == "all_to_all_single":
         # splits[src][dst] rows of 2 columns, about n elements per rank in all, a quarter of them empty.
         cap = max(1, n // (2 * g))
@@ -81,64 +81,52 @@ class Inputs:
         return (x.double() * scale).to(torch.int64).to(dtype)  # narrowing wraps: sums overflow and wrap too
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> str:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return f"got {a.dtype}{tuple(a.shape)}, expected {b.dtype}{tuple(b.shape)}"
-    va, vb = a.contiguous().reshape(-1), b.contiguous().reshape(-1)
-    if va.dtype == torch.bool:
-        va, vb = va.to(torch.uint8), vb.to(torch.uint8)
-    ba, bb = va.view(torch.uint8), vb.view(torch.uint8)
-    if torch.equal(ba, bb):
-        return ""
-    es = va.element_size()
-    bad = (ba.view(-1, es) != bb.view(-1, es)).any(dim=1).nonzero().reshape(-1)
-    k = int(bad[0])
-    return f"{bad.numel()} of {va.numel()} elements differ; first at {k}: got {va[k].item()!r}, expected {vb[k].item()!r}"
-
-
-def _run_one(plan: dict, rank: int, inputs: Inputs, groups: dict) -> str:
-    """Runs op `plan` on this rank; returns "" or what was wrong."""
+def _issue(plan: dict, rank: int, inputs: Inputs, groups: dict):
+    """Issues op `plan` on this rank (async if the plan says so); returns (work, verify), verify() -> "" or why."""
     members, op, dtype = plan["group"], plan["op"], plan["dtype"]
     g, grank, group = len(members), members.index(rank), groups[tuple(members)]
-    root, redop = plan["root"], plan["redop"]
+    root, redop, async_op = plan["root"], plan["redop"], plan["async"]
     if op == "barrier":
-        dist.barrier(group=group)
-        return ""
+        return dist.barrier(group=group, async_op=async_op), lambda: ""
     if op in ("all_reduce", "reduce"):
         xs = [inputs.get(plan, r) for r in members]
         t = xs[grank].clone()
         if op == "all_reduce":
-            dist.all_reduce(t, op=make_op(redop), group=group)
-            return _same(t, reference(redop, xs))
-        dist.reduce(t, dst=root, op=make_op(redop), group=group)
-        return _same(t, reference(redop, xs) if rank == root else xs[grank])
+            work = dist.all_reduce(t, op=make_op(redop), group=group, async_op=async_op)
+            return work, lambda: mismatch(t, reference(redop, xs))
+        work = dist.reduce(t, dst=root, op=make_op(redop), group=group, async_op=async_op)
+        return work, lambda: mismatch(t, reference(redop, xs) if rank == root else xs[grank])
     if op == "broadcast":
         t = inputs.get(plan, rank)
-        dist.broadcast(t, src=root, group=group)
-        return _same(t, inputs.get(plan, root))
+        work = dist.broadcast(t, src=root, group=group, async_op=async_op)
+        return work, lambda: mismatch(t, inputs.get(plan, root))
     if op == "all_gather_into_tensor":
         per = plan["n"] // g
         out = torch.empty(per * g, dtype=dtype)
-        dist.all_gather_into_tensor(out, inputs.get(plan, rank, per), group=group)
-        return _same(out, torch.cat([inputs.get(plan, r, per) for r in members]))
+        work = dist.all_gather_into_tensor(out, inputs.get(plan, rank, per), group=group, async_op=async_op)
+        return work, lambda: mismatch(out, torch.cat([inputs.get(plan, r, per) for r in members]))
     if op == "reduce_scatter_tensor":
         per = plan["n"] // g
         xs = [inputs.get(plan, r, per * g) for r in members]
         out = torch.empty(per, dtype=dtype)
-        dist.reduce_scatter_tensor(out, xs[grank], op=make_op(redop), group=group)
-        return _same(out, reference(redop, [x[grank * per:(grank + 1) * per] for x in xs]))
+        work = dist.reduce_scatter_tensor(out, xs[grank], op=make_op(redop), group=group, async_op=async_op)
+        return work, lambda: mismatch(out, reference(redop, [x[grank * per:(grank + 1) * per] for x in xs]))
     if op == "all_to_all_single":
         splits = plan["splits"]
         xs = [inputs.get(plan, r, 2 * sum(splits[k])).view(-1, 2) for k, r in enumerate(members)]
         in_splits = splits[grank]
         out_splits = [splits[src][grank] for src in range(g)]
         out = torch.empty(sum(out_splits), 2, dtype=dtype)
-        dist.all_to_all_single(out, xs[grank], out_splits, in_splits, group=group)
-        parts = []
-        for src in range(g):
-            start = sum(splits[src][:grank])
-            parts.append(xs[src][start:start + splits[src][grank]])
-        return _same(out, torch.cat(parts))
+        work = dist.all_to_all_single(out, xs[grank], out_splits, in_splits, group=group, async_op=async_op)
+
+        def verify():
+            parts = []
+            for src in range(g):
+                start = sum(splits[src][:grank])
+                parts.append(xs[src][start:start + splits[src][grank]])
+            return mismatch(out, torch.cat(parts))
+
+        return work, verify
     raise AssertionError(f"unknown op {op}")
 
 
@@ -151,6 +139,8 @@ def _describe(plan: dict, seed: int, rank: int) -> str:
         text += f" redop={plan['redop']}"
     if plan["op"] == "all_to_all_single":
         text += f" splits={plan['splits']}"
+    if plan["async"]:
+        text += " async_op=True"
     return text
 
 
@@ -163,18 +153,40 @@ def _soak(rank: int, world_size: int, seed: int, count: int) -> dict:
     failures: list[str] = []
     done = 0
     start = time.monotonic()
+    pending: list = []  # async ops in flight: (plan, work, verify)
+
+    def settle() -> bool:
+        """Waits for the ops in flight (in issue order) and checks them; False once one raised."""
+        ok = True
+        for plan, work, verify in pending:
+            try:
+                if work is not None:  # sync calls return None
+                    work.wait()
+                problem = verify()
+            except Exception:  # noqa: BLE001
+                failures.append(f"{_describe(plan, seed, rank)}: raised\n{traceback.format_exc()}")
+                ok = False
+                break
+            if problem and len(failures) < MAX_REPORTED:
+                failures.append(f"{_describe(plan, seed, rank)}: {problem}")
+        pending.clear()
+        return ok
+
     for i in range(count):
         plan = _plan(seed, i)
         if rank not in plan["group"]:
             continue
         try:
-            problem = _run_one(plan, rank, inputs, groups)
+            work, verify = _issue(plan, rank, inputs, groups)
         except Exception:  # noqa: BLE001 - a failed collective fails the group: stop here
             failures.append(f"{_describe(plan, seed, rank)}: raised\n{traceback.format_exc()}")
             break
         done += 1
-        if problem and len(failures) < MAX_REPORTED:
-            failures.append(f"{_describe(plan, seed, rank)}: {problem}")
+        pending.append((plan, work, verify))
+        # Sync ops settle at once; async ones pile up (on several groups at a time) until a sync op or 8 of them.
+        if (not plan["async"] or len(pending) >= 8) and not settle():
+            break
+    settle()
     return {"failures": failures, "done": done, "seconds": time.monotonic() - start}
 
 
