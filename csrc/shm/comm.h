@@ -128,7 +128,6 @@ class ShmComm {
   // The round protocol (round.cpp).
   uint64_t publish(const OpContext& ctx);
   void waitAll(const OpContext& ctx, uint64_t step);
-  void waitRank(const OpContext& ctx, int peer, uint64_t step);
   void acquireBuffer(const OpContext& ctx, int buffer);
   void releaseBuffer(int buffer);
   // Starts a round: takes the current buffer (waiting until peers are done with its previous contents) and

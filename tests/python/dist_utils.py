@@ -35,8 +35,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-PREMUL_FACTOR = 0.3  # not exact in binary: checks that the factor is rounded to the accumulator type once
-
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "tunedist_"
 
@@ -264,6 +262,9 @@ def _wait(procs, paths, timeout_s: float, failure_grace_s: float) -> dict[int, s
 #
 # The references do what the engine does: reduce in rank order 0..P-1, fp16/bf16 accumulated in fp32 and rounded
 # once, integers wrapping modulo 2^bits, so results compare bit for bit.
+
+
+PREMUL_FACTOR = 0.3  # not exact in binary: checks that the factor is rounded to the accumulator type once
 
 
 def _seed(*parts) -> int:
