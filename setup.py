@@ -32,6 +32,7 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+MIN_TORCH = (2, 11)  # keep in step with pyproject.toml's dependencies
 
 
 def project_version() -> str:
@@ -63,6 +64,10 @@ class CMakeBuild(build_ext):
             raise RuntimeError(
                 "setup.py: torch must be installed before tunedist is built, and the build must see it: "
                 "pip install torch, then pip install --no-build-isolation .") from e
+        torch_version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+        if torch_version < MIN_TORCH:
+            raise RuntimeError(f"setup.py: tunedist needs torch >= {'.'.join(map(str, MIN_TORCH))}; "
+                               f"this Python has torch {torch.__version__}")
 
         build_dir = ROOT / "build" / f"py-{sys.version_info.major}.{sys.version_info.minor}"
         # The package directory in the build tree (or in the source tree for an in-place build).

@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstring>
+
 #include "backend/store_rendezvous.h"
 #include "shm/error.h"
 #include "tunedist/tunedist.h"
@@ -113,7 +115,9 @@ void TunedBackend::workerLoop() {
 }
 
 void TunedBackend::run(Item& item) {
-  shm::OpContext ctx{item.name, item.work->getSequencenumber(), std::chrono::steady_clock::now() + item.timeout};
+  // Messages name the op as users call it ("all_reduce"), not by its profiler title ("tuned:all_reduce").
+  const char* opName = std::strncmp(item.name, "tuned:", 6) == 0 ? item.name + 6 : item.name;
+  shm::OpContext ctx{opName, item.work->getSequencenumber(), std::chrono::steady_clock::now() + item.timeout};
   try {
     item.body(ctx);
   } catch (const std::exception&) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "shm/error.h"
 #include "shm/sync.h"
@@ -19,6 +20,10 @@ namespace tunedist::shm {
 namespace {
 
 constexpr const char* kSegmentKey = "tunedist_shm_segment";
+// Where a rank that fails before the segment exists (no room in /dev/shm, a bad tensor in the first collective)
+// leaves its reason, so peers still attaching fail with it instead of waiting for the timeout.
+constexpr const char* kAbortKey = "tunedist_shm_abort";
+constexpr auto kAttachPoll = std::chrono::milliseconds(10);
 constexpr uint32_t kAbortWriting = 1;
 constexpr uint32_t kAbortSet = 2;
 
@@ -147,6 +152,16 @@ void ShmComm::createSegment(const OpContext& ctx) {
 
 void ShmComm::openSegment(const OpContext& ctx) {
   for (;;) {
+    checkAttachAbort(ctx);
+    if (!rendezvous_->check(kSegmentKey)) {
+      if (std::chrono::steady_clock::now() >= ctx.deadline) {
+        throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ",
+                                       size_, ": timed out waiting for rank 0 to create the group's shared memory; ",
+                                       "check that rank 0 is alive and calls this collective too."));
+      }
+      std::this_thread::sleep_for(kAttachPoll);
+      continue;
+    }
     std::string name = rendezvous_->get(kSegmentKey, remaining(ctx));
     bool notFound = false;
     ShmSegment seg = ShmSegment::open(name, geometry_.totalBytes, &notFound);
@@ -185,8 +200,20 @@ void ShmComm::openSegment(const OpContext& ctx) {
   abortHeader_.store(header_, std::memory_order_release);
 }
 
+void ShmComm::checkAttachAbort(const OpContext& ctx) {
+  if (rendezvous_->check(kAbortKey)) {
+    std::string reason = rendezvous_->get(kAbortKey, std::chrono::milliseconds(1000));
+    fail(ctx, detail::str("a peer failed before the group's shared memory was ready: ", reason), false, false);
+  }
+}
+
 void ShmComm::waitAllAttached(const OpContext& ctx) {
+  auto lastStoreCheck = std::chrono::steady_clock::now();
   while (header_->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
+    if (std::chrono::steady_clock::now() - lastStoreCheck >= kAttachPoll) {
+      lastStoreCheck = std::chrono::steady_clock::now();
+      checkAttachAbort(ctx);
+    }
     // abort() ends this wait like every other: a peer's (through the segment) or ours from another thread.
     if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
       fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason), false, false);
@@ -232,6 +259,14 @@ void ShmComm::abort(const std::string& reason) {
   }
   // Shared even when we failed earlier: a failure from before the segment was attached reaches the peers now.
   SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
+  if (header == nullptr || header->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
+    // Peers may still be attaching (or waiting for a segment that will never exist): tell them through the store.
+    try {
+      rendezvous_->set(kAbortKey, detail::str("rank ", rank_, ": ", first));
+    } catch (const std::exception&) {
+      // The store is gone (its host process exited); peers then fail on the store themselves.
+    }
+  }
   if (header == nullptr) {
     return;
   }

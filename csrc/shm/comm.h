@@ -122,6 +122,8 @@ class ShmComm {
   void createSegment(const OpContext& ctx);
   void openSegment(const OpContext& ctx);
   void waitAllAttached(const OpContext& ctx);
+  // Fails if a peer left an abort reason in the rendezvous before the segment was ready.
+  void checkAttachAbort(const OpContext& ctx);
   void startHeartbeat();
   void heartbeatLoop();
 

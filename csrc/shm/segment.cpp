@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <utility>
@@ -65,8 +66,13 @@ std::string ShmSegment::userPrefix() {
 
 ShmSegment ShmSegment::create(const std::string& tag, size_t bytes, const char* shmDir) {
   TD_ASSERT(bytes > 0);
-  // Names of dead jobs first, so a crashed predecessor does not eat this job's room.
-  sweepStale(shmDir, std::chrono::seconds(30));
+  // Names of dead jobs first, so a crashed predecessor does not eat this job's room. Only names at least
+  // TUNEDIST_SWEEP_MIN_AGE_S (30) seconds old: a younger one may belong to a job that is still attaching.
+  long minAge = 30;
+  if (const char* v = std::getenv("TUNEDIST_SWEEP_MIN_AGE_S"); v != nullptr && *v != '\0') {
+    minAge = std::strtol(v, nullptr, 10);
+  }
+  sweepStale(shmDir, std::chrono::seconds(minAge));
   std::string name = "/" + userPrefix() + tag + "_" + randomHex(16);
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   TD_CHECK(fd >= 0, "tunedist: cannot create shared memory ", name, ": ", std::strerror(errno));

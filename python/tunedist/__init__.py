@@ -23,10 +23,15 @@ def _load_native():
     try:
         from . import _C  # noqa: PLC0415
     except ImportError as exc:  # pragma: no cover - depends on the install
+        hint = (
+            "an undefined symbol usually means it was built against another torch than the running "
+            f"{torch.__version__}, or the build is incomplete"
+            if "undefined symbol" in str(exc)
+            else "the build may be missing or incomplete"
+        )
         raise ImportError(
-            f"tunedist: cannot load its native module ({exc}). It was probably built against another torch than "
-            f"the running {torch.__version__}: rebuild with `pip install --no-build-isolation .` in the tunedist "
-            "source tree."
+            f"tunedist: cannot load its native module ({exc}); {hint}. Rebuild with "
+            "`pip install --no-build-isolation .` in the tunedist source tree."
         ) from exc
     built = _C.torch_version_built()
     if built != torch.__version__:

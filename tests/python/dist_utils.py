@@ -19,8 +19,10 @@ function can call ``dist.init_process_group(..., init_method="env://")`` itself.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import functools
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -130,6 +132,8 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, ba
             else:
                 os.environ[k] = str(v)
         torch.set_num_threads(1)  # N ranks on a small machine: no intra-op thread oversubscription
+        # The launcher sends SIGUSR1 before killing a straggler: every thread's Python stack goes to stderr.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         import tunedist  # noqa: F401  (registers the "tuned" backend)
 
         if init:
@@ -218,6 +222,15 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
     return values
 
 
+def _dump_stacks(proc) -> None:
+    """Asks a straggler to print its threads' Python stacks (to the captured stderr) before it is killed."""
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+    except OSError:
+        return
+    time.sleep(1.0)
+
+
 def _wait(procs, paths, timeout_s: float, failure_grace_s: float) -> dict[int, str]:
     """Wait for every child; kill stragglers. Returns {rank: why it was killed}."""
     deadline = time.monotonic() + timeout_s
@@ -250,6 +263,7 @@ def _wait(procs, paths, timeout_s: float, failure_grace_s: float) -> dict[int, s
             elif r in reported_at and now - reported_at[r] > EXIT_GRACE_S:
                 why = f"still alive {EXIT_GRACE_S:.0f} s after reporting its result"
             if why is not None:
+                _dump_stacks(procs[r])
                 procs[r].kill()
                 procs[r].join(timeout=10)
                 killed[r] = why
