@@ -3,7 +3,9 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shm/comm.h"
@@ -19,12 +21,19 @@ class StoreRendezvous : public shm::Rendezvous {
     store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
   }
 
+  // Polls with check() instead of a blocking store wait: a TCPStore client serialises every call of a process, so
+  // one thread's blocking wait would hold up another group's set() on the same store and ranks could wait on each
+  // other in a cycle.
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
-    try {
-      store_->wait({key}, std::max(timeout, std::chrono::milliseconds(1)));
-    } catch (const std::exception& e) {
-      throw tunedist::TimeoutError(std::string("tunedist: waiting for key '") + key +
-                                   "' in the process group's store failed: " + e.what());
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(200);
+    while (!store_->check({key})) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw tunedist::TimeoutError(std::string("tunedist: key '") + key + "' did not appear in the process " +
+                                     "group's store within " + std::to_string(timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
     std::vector<uint8_t> v = store_->get(key);
     return std::string(v.begin(), v.end());
