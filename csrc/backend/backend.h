@@ -148,6 +148,8 @@ class TunedBackend : public c10d::Backend {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
+  std::atomic<int> queued_{0};
+  static constexpr std::chrono::microseconds kWorkerPoll{200};
   bool busy_ = false;
   bool stop_ = false;
   std::thread worker_;
