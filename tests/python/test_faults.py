@@ -160,16 +160,17 @@ def _timeout_worker(rank: int, world_size: int) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _timeout_runs():
+def _runs_of(worker):
+    """One 2-rank launch of `worker` shared by all its parametrized cases; re-raises the launch failure in each."""
     try:
-        return launch(2, _timeout_worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S)
+        return launch(2, worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - cached so every case reports it without relaunching
         return exc
 
 
 @pytest.mark.parametrize("case", list(TIMEOUT_CASES))
 def test_timeout_names_missing_rank(case):
-    runs = _timeout_runs()
+    runs = _runs_of(_timeout_worker)
     if isinstance(runs, Exception):
         raise runs
     msg, elapsed = runs[0][case]
@@ -236,17 +237,9 @@ def _mismatch_worker(rank: int, world_size: int) -> dict:
     return results
 
 
-@functools.lru_cache(maxsize=None)
-def _mismatch_runs():
-    try:
-        return launch(2, _mismatch_worker, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S)
-    except Exception as exc:  # noqa: BLE001 - cached so every case reports it without relaunching
-        return exc
-
-
 @pytest.mark.parametrize("case", list(MISMATCHES))
 def test_mismatch_fails_every_rank(case):
-    runs = _mismatch_runs()
+    runs = _runs_of(_mismatch_worker)
     if isinstance(runs, Exception):
         raise runs
     for rank, per_rank in enumerate(runs):
