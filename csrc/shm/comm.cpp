@@ -202,8 +202,15 @@ void ShmComm::openSegment(const OpContext& ctx) {
 
 void ShmComm::checkAttachAbort(const OpContext& ctx) {
   if (rendezvous_->check(kAbortKey)) {
-    std::string reason = rendezvous_->get(kAbortKey, std::chrono::milliseconds(1000));
-    fail(ctx, detail::str("a peer failed before the group's shared memory was ready: ", reason), false, false);
+    // The value is "<kind digit>|<reason>" (abort() below).
+    std::string value = rendezvous_->get(kAbortKey, std::chrono::milliseconds(1000));
+    FailureKind kind = FailureKind::kError;
+    if (value.size() >= 2 && value[1] == '|' && value[0] >= '0' && value[0] <= '2') {
+      kind = static_cast<FailureKind>(value[0] - '0');
+      value = value.substr(2);
+    }
+    fail(ctx, detail::str("a peer failed before the group's shared memory was ready: ", value),
+         kind == FailureKind::kTimeout, kind == FailureKind::kPeerDead);
   }
 }
 
@@ -216,7 +223,7 @@ void ShmComm::waitAllAttached(const OpContext& ctx) {
     }
     // abort() ends this wait like every other: a peer's (through the segment) or ours from another thread.
     if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
-      fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason), false, false);
+      failFromPeerAbort(ctx);
     }
     throwIfFailed();
     if (std::chrono::steady_clock::now() >= ctx.deadline) {
@@ -247,22 +254,24 @@ void ShmComm::heartbeatLoop() {
   }
 }
 
-void ShmComm::abort(const std::string& reason) {
+void ShmComm::abort(const std::string& reason, FailureKind kind) {
   std::string first;
   {
     std::lock_guard<std::mutex> lock(failMutex_);
     if (!failed_.load()) {
       failure_ = reason;
+      failureKind_ = kind;
       failed_.store(true, std::memory_order_release);
     }
     first = failure_;
+    kind = failureKind_;
   }
   // Shared even when we failed earlier: a failure from before the segment was attached reaches the peers now.
   SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
   if (header == nullptr || header->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
     // Peers may still be attaching (or waiting for a segment that will never exist): tell them through the store.
     try {
-      rendezvous_->set(kAbortKey, detail::str("rank ", rank_, ": ", first));
+      rendezvous_->set(kAbortKey, detail::str(static_cast<int>(kind), "|rank ", rank_, ": ", first));
     } catch (const std::exception&) {
       // The store is gone (its host process exited); peers then fail on the store themselves.
     }
@@ -273,6 +282,7 @@ void ShmComm::abort(const std::string& reason) {
   uint32_t expected = 0;
   if (header->abortFlag.compare_exchange_strong(expected, kAbortWriting)) {
     header->abortRank = rank_;
+    header->abortKind = static_cast<int32_t>(kind);
     std::strncpy(header->abortReason, first.c_str(), kAbortReasonBytes - 1);
     header->abortReason[kAbortReasonBytes - 1] = '\0';
     // Release: peers that see kAbortSet see the whole reason.
@@ -287,22 +297,25 @@ void ShmComm::throwIfFailed() {
     return;
   }
   std::lock_guard<std::mutex> lock(failMutex_);
-  throw Error(detail::str("tunedist: rank ", rank_, ": the process group is unusable after an earlier failure: ",
-                          failure_, " Destroy the group (dist.destroy_process_group) and create a new one, or let "
-                          "torchrun --max-restarts restart the job."));
+  throwFailure(failureKind_,
+               detail::str("tunedist: rank ", rank_, ": the process group is unusable after an earlier failure: ",
+                           failure_, " Destroy the group (dist.destroy_process_group) and create a new one, or let "
+                           "torchrun --max-restarts restart the job."));
+}
+
+void ShmComm::failFromPeerAbort(const OpContext& ctx) {
+  const auto kind = static_cast<FailureKind>(header_->abortKind);
+  fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason),
+       kind == FailureKind::kTimeout, kind == FailureKind::kPeerDead);
 }
 
 void ShmComm::fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead) {
   std::string full = detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", rank_, " of ",
                                  size_, ": ", message);
-  abort(full);
-  if (isTimeout) {
-    throw TimeoutError(full);
-  }
-  if (isDead) {
-    throw PeerDeadError(full);
-  }
-  throw Error(full);
+  const FailureKind kind =
+      isTimeout ? FailureKind::kTimeout : (isDead ? FailureKind::kPeerDead : FailureKind::kError);
+  abort(full, kind);
+  throwFailure(kind, full);
 }
 
 void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, const std::function<void()>& body) {
@@ -319,7 +332,7 @@ void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, const std::functio
     TD_ASSERT(!descPending_, "operation ", ctx.name, " ended without a round");
   } catch (const std::exception& e) {
     // Whatever failed, peers must not wait for us: share the first failure with the whole group.
-    abort(e.what());
+    abort(e.what(), failureKindOf(e));
     throw;
   }
 }

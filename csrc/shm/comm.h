@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "shm/error.h"
 #include "shm/kernels/reduce.h"
 #include "shm/layout.h"
 #include "shm/options.h"
@@ -109,8 +110,9 @@ class ShmComm {
                  const size_t* recvBytes);
   void barrier(const OpContext& ctx);
 
-  // Marks the group failed with `reason` (shared with all ranks) and wakes every waiter. Idempotent.
-  void abort(const std::string& reason);
+  // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
+  // failure wins; later calls only share it again. Idempotent.
+  void abort(const std::string& reason, FailureKind kind = FailureKind::kError);
   // Throws the stored failure if the group has failed (locally or through a peer's abort).
   void throwIfFailed();
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -139,6 +141,8 @@ class ShmComm {
   void checkDescs(const OpContext& ctx, int buffer);
   void checkPeers(const OpContext& ctx, const std::vector<int>& waitingFor);
   [[noreturn]] void fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
+  // Fails this op with a peer's abort found in the segment, keeping the kind the peer gave it.
+  [[noreturn]] void failFromPeerAbort(const OpContext& ctx);
   void runOp(const OpContext& ctx, const OpDesc& desc, const std::function<void()>& body);
 
   // Algorithms (one file per collective).
@@ -185,6 +189,7 @@ class ShmComm {
   std::atomic<bool> failed_{false};
   std::mutex failMutex_;
   std::string failure_;
+  FailureKind failureKind_ = FailureKind::kError;
 
   std::atomic<bool> stopHeartbeat_{false};
   std::mutex heartbeatMutex_;

@@ -2,6 +2,7 @@
 // exception type; the backend lets it propagate (pybind maps it to RuntimeError) and c10d stores it in the Work.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,27 @@ class TimeoutError : public Error {
  public:
   using Error::Error;
 };
+
+// What kind of failure an Error is. It travels with an abort to the peers, so a peer that learns of a timeout or a
+// dead rank through the group's abort word throws the same type as the rank that found it.
+enum class FailureKind : int32_t { kError = 0, kTimeout = 1, kPeerDead = 2 };
+
+inline FailureKind failureKindOf(const std::exception& e) {
+  if (dynamic_cast<const TimeoutError*>(&e) != nullptr) return FailureKind::kTimeout;
+  if (dynamic_cast<const PeerDeadError*>(&e) != nullptr) return FailureKind::kPeerDead;
+  return FailureKind::kError;
+}
+
+[[noreturn]] inline void throwFailure(FailureKind kind, const std::string& what) {
+  switch (kind) {
+    case FailureKind::kTimeout:
+      throw TimeoutError(what);
+    case FailureKind::kPeerDead:
+      throw PeerDeadError(what);
+    default:
+      throw Error(what);
+  }
+}
 
 namespace detail {
 inline void streamAll(std::ostringstream&) {}

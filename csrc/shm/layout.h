@@ -14,7 +14,7 @@
 namespace tunedist::shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68735f64656e75ULL;  // "uned_shm" little-endian, after a 't' that did not fit
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 constexpr int kNumBuffers = 2;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
@@ -50,6 +50,7 @@ struct alignas(kCacheLine) SegmentHeader {
   // Set once by the first rank that fails; every waiter checks it, so one failure reaches all ranks.
   alignas(kCacheLine) std::atomic<uint32_t> abortFlag;
   int32_t abortRank;
+  int32_t abortKind;  // a FailureKind (error.h): peers throw the same exception type as the aborting rank
   char abortReason[kAbortReasonBytes];
 };
 static_assert(sizeof(SegmentHeader) <= kPage, "SegmentHeader must fit its page");

@@ -119,8 +119,7 @@ void ShmComm::waitAll(const OpContext& ctx, uint64_t step) {
 
 void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFor) {
   if (header_->abortFlag.load(std::memory_order_acquire) == 2) {
-    std::string reason(header_->abortReason);
-    fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", reason), false, false);
+    failFromPeerAbort(ctx);
   }
   auto now = std::chrono::steady_clock::now();
   if (now >= ctx.deadline) {

@@ -44,11 +44,12 @@ def _assert_no_new_shm(before: set[str]) -> None:
 
 
 def _expect_error(fn, *args, **kwargs) -> tuple[str, float]:
-    """Calls fn; returns (message, seconds it took). Fails unless it raised a RuntimeError."""
+    """Calls fn; returns (message, seconds it took). Fails unless it raised torch.distributed.DistBackendError,
+    the type gloo and NCCL raise for a failed collective (a RuntimeError)."""
     t0 = time.monotonic()
     try:
         fn(*args, **kwargs)
-    except RuntimeError as exc:
+    except dist.DistBackendError as exc:
         return str(exc), time.monotonic() - t0
     raise AssertionError(f"{getattr(fn, '__name__', fn)} returned instead of raising")
 
