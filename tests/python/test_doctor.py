@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from tunedist import _C
 from tunedist.doctor import LinearScalingLR, Machine, RuntimeOptions, ScalingRule, check, scaled_lr, static_findings
@@ -278,3 +279,15 @@ def test_report_table_and_json():
     assert data["findings"][1]["fix"] == "do this" and data["measurements"] == {"step_ms": 1.5}
     with pytest.raises(KeyError, match="a.ok, b.bad"):
         report["c"]
+
+
+def test_sampler_without_group_reads_world_size_from_env():
+    two = Machine(env={"WORLD_SIZE": "2", "RANK": "1"})
+    ds = TensorDataset(torch.randn(128, 8))  # 64 per rank: 4 batches of 16
+    plain = _run(loader=DataLoader(ds, batch_size=16), machine=two)["loader.sampler"]
+    assert plain.verdict == "warn" and "2 ranks train on the same batches" in plain.evidence
+    sharded = DataLoader(ds, batch_size=16, sampler=DistributedSampler(ds, num_replicas=2, rank=1))
+    assert _run(loader=sharded, machine=two)["loader.sampler"].verdict == "ok"
+    wrong = DataLoader(ds, batch_size=16, sampler=DistributedSampler(ds, num_replicas=2, rank=0))
+    assert _run(loader=wrong, machine=two)["loader.sampler"].verdict == "fail"
+    assert _run(loader=DataLoader(ds, batch_size=16))["loader.sampler"].verdict == "ok"  # world size 1

@@ -37,7 +37,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -148,15 +148,17 @@ def measure(model: torch.nn.Module, loader, run_step: Callable[[Any], None], opt
     return Timing(fetch, step, rows, autocast)
 
 
-def _world(group) -> tuple[int, int]:
+def _world(group, env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(world size, rank) of the group if one is initialised, else from WORLD_SIZE and RANK."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(group), dist.get_rank(group)
-    return int(os.environ.get("WORLD_SIZE", "1") or 1), int(os.environ.get("RANK", "0") or 0)
+    env = os.environ if env is None else env
+    return int(env.get("WORLD_SIZE", "1") or 1), int(env.get("RANK", "0") or 0)
 
 
-def check_sampler(loader: DataLoader, group=None) -> Finding:
+def check_sampler(loader: DataLoader, group=None, env: Mapping[str, str] | None = None) -> Finding:
     check = "loader.sampler"
-    world, rank = _world(group)
+    world, rank = _world(group, env)
     if isinstance(loader.dataset, IterableDataset):
         return skipped(check, "an IterableDataset has no sampler: it must shard itself by rank")
     if world == 1:
@@ -267,21 +269,21 @@ def check(model: torch.nn.Module, loader: DataLoader, optimizer=None, *, step: C
         raise ValueError(f"tunedist.doctor.check: steps must be >= 1 and warmup >= 0, got {options}")
     gpu = model_device_type(model) == "cuda" if gpu is None else gpu
     run_step = step if step is not None else _forward_backward(model, loss_fn)
-    saved = {p: p.grad for p in model.parameters()}
-    if step is None:
+    saved = None if step is not None else {p: p.grad for p in model.parameters()}
+    if saved is not None:
         model.zero_grad(set_to_none=True)
     try:
         timing = measure(model, loader, run_step, options)
     finally:
-        if step is None:  # the stand-in step's gradients go; the ones the model had come back
-            for p, g in saved.items():
-                p.grad = g
+        for p, g in (saved or {}).items():  # the stand-in step's gradients go; the ones the model had come back
+            p.grad = g
     findings = static_findings(model, group, machine) if include_static else []
-    findings += [check_sampler(loader, group), check_workers(loader), check_fetch_time(timing, options.fetch_share),
-                 check_batch(timing, options.min_batch_per_device), check_precision(model, timing, gpu),
+    env = machine.env if machine is not None else None
+    findings += [check_sampler(loader, group, env), check_workers(loader),
+                 check_fetch_time(timing, options.fetch_share), check_batch(timing, options.min_batch_per_device), check_precision(model, timing, gpu),
                  check_optimizer(model, optimizer), check_pin_memory(loader, gpu)]
     report = Report(findings, {"fetch_ms": timing.fetch_mean * 1e3, "step_ms": timing.step_mean * 1e3,
                                "batch_per_device": float(timing.batch_size or 0)})
-    if show and _world(group)[1] == 0:
+    if show and _world(group, env)[1] == 0:
         print(report.table(), flush=True)
     return report

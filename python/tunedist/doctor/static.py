@@ -3,6 +3,20 @@
 Each check returns one Finding (ok / warn / fail, evidence, fix); a check that does not apply says
 "skipped: <why>" with verdict ok. Everything the checks read from outside can be handed in (env, gpu, probe,
 threads, cores, shm_dir), so tests reach every verdict without a GPU or root.
+
+- backend.cpu: the initialised group's backend for CPU tensors (dist.get_backend_config). ok: tuned or gloo;
+  fail: tuned on a group that spans hosts (WORLD_SIZE > LOCAL_WORLD_SIZE), or no CPU backend while the model is on
+  the CPU (warn without a model).
+- backend.cuda (GPU only): ok: nccl; warn: gloo (CUDA tensors through host memory); fail: none while the model is on
+  CUDA (warn without a model).
+- model.data_parallel: the model (or DDP's module) is a torch.nn.DataParallel: warn.
+- launch.torchrun: once any torchrun variable is set, all six must be, integers in range (0 <= RANK < WORLD_SIZE,
+  0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE, 1 <= MASTER_PORT <= 65535) and equal to the default group's
+  rank and size: else fail; WORLD_SIZE not a multiple of LOCAL_WORLD_SIZE: warn.
+- shm.size: see shm_need.check_shm (skipped when an initialised group's CPU backend is not tuned).
+- nccl.* / gloo.*: see tunedist.nccl_env.
+- cpu.threads: threads per rank x ranks on this host > cores in the affinity mask: warn (oversubscribed); without a
+  GPU, <= half the cores: warn (idle cores).
 """
 
 from __future__ import annotations
