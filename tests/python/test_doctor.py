@@ -220,6 +220,8 @@ def test_user_step_runs_warmup_plus_steps_and_short_loader_is_an_error():
     assert len(seen) == 6 and all(b[0].shape == (16, 8) for b in seen)
     with pytest.raises(ValueError, match="yielded 2 batches"):
         _run(loader=_loader(n=32), options=RuntimeOptions(steps=3, warmup=1))
+    with pytest.raises(ValueError, match="no parameters"):
+        _run(torch.nn.ReLU())
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -267,6 +267,8 @@ def check(model: torch.nn.Module, loader: DataLoader, optimizer=None, *, step: C
     options = options or RuntimeOptions()
     if options.steps < 1 or options.warmup < 0:
         raise ValueError(f"tunedist.doctor.check: steps must be >= 1 and warmup >= 0, got {options}")
+    if next(model.parameters(), None) is None:
+        raise ValueError("tunedist.doctor.check: the model has no parameters; pass the model you train")
     gpu = model_device_type(model) == "cuda" if gpu is None else gpu
     run_step = step if step is not None else _forward_backward(model, loss_fn)
     saved = None if step is not None else {p: p.grad for p in model.parameters()}
