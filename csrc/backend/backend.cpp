@@ -86,11 +86,16 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::launch(c10d::OpType type, const cha
     // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
     busy_ = true;
     lock.unlock();
-    run(item);
+    std::exception_ptr error = execute(item);
     lock.lock();
     busy_ = false;
     cv_.notify_all();
+    lock.unlock();
+    settle(item, error);
     return work;
+  }
+  if (onWorker) {
+    retireWorkerLocked();
   }
   queue_.push_back(std::move(item));
   queued_.fetch_add(1, std::memory_order_release);
@@ -120,24 +125,49 @@ void TunedBackend::workerLoop() {
     queued_.fetch_sub(1, std::memory_order_release);
     busy_ = true;
     lock.unlock();
-    run(item);
+    std::exception_ptr error = execute(item);
     lock.lock();
+    // The engine is free: the next operation may start (on a replacement worker, see retireWorkerLocked) while
+    // this thread runs the callbacks of the finished one.
     busy_ = false;
     cv_.notify_all();
+    lock.unlock();
+    settle(item, error);
+    lock.lock();
+    if (std::this_thread::get_id() != worker_.get_id()) {
+      return;  // retired while in the callbacks: the replacement owns the queue now
+    }
   }
 }
 
-void TunedBackend::run(Item& item) {
+// A future callback that runs on the worker thread (Work::getFuture()->then(...)) may issue another collective
+// and wait for it, as torch's PowerSGD hook does. That collective is queued behind nothing, but the only thread
+// that runs the queue is the one blocked in the callback. So the caller's thread stops being the worker: a fresh
+// thread takes over the queue (issue order is kept: it starts with the next queued item), and the old one ends
+// when its callbacks return. This costs a thread start only in that case.
+void TunedBackend::retireWorkerLocked() {
+  retired_.push_back(std::move(worker_));
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+std::exception_ptr TunedBackend::execute(Item& item) {
   // Messages name the op as users call it ("all_reduce"), not by its profiler title ("tuned:all_reduce").
   const char* opName = std::strncmp(item.name, "tuned:", 6) == 0 ? item.name + 6 : item.name;
   shm::OpContext ctx{opName, item.work->getSequencenumber(), std::chrono::steady_clock::now() + item.timeout};
   try {
     item.body(ctx);
   } catch (const std::exception&) {
-    item.work->completeWithError(std::current_exception());
-    return;
+    return std::current_exception();
   }
-  item.work->complete();
+  return nullptr;
+}
+
+void TunedBackend::settle(Item& item, std::exception_ptr error) {
+  if (error) {
+    item.work->completeWithError(std::move(error));
+  } else {
+    item.work->complete();
+  }
 }
 
 void TunedBackend::trackWork(const c10::intrusive_ptr<c10d::Work>& work) {
@@ -187,16 +217,24 @@ void TunedBackend::abort() {
 }
 
 void TunedBackend::shutdown() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stop_ && !worker_.joinable()) {
-      return;
-    }
     stop_ = true;
     cv_.notify_all();
+    threads.swap(retired_);
+    threads.push_back(std::move(worker_));
   }
-  if (worker_.joinable() && std::this_thread::get_id() != worker_.get_id()) {
-    worker_.join();
+  for (auto& t : threads) {
+    if (!t.joinable()) {
+      continue;
+    }
+    // Called from a worker thread itself (a callback that dropped the last reference): it cannot join itself.
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();
+    } else {
+      t.join();
+    }
   }
 }
 

@@ -134,7 +134,12 @@ class TunedBackend : public c10d::Backend {
   };
 
   void workerLoop();
-  void run(Item& item);
+  // Runs the operation's body; returns its failure, if any.
+  std::exception_ptr execute(Item& item);
+  // Completes the operation's Work (runs its future's callbacks).
+  void settle(Item& item, std::exception_ptr error);
+  // Called with mutex_ held from a callback on the worker thread: hands the queue to a fresh worker thread.
+  void retireWorkerLocked();
 
   c10::intrusive_ptr<c10d::Store> store_;
   Options options_;
@@ -153,6 +158,7 @@ class TunedBackend : public c10d::Backend {
   bool busy_ = false;
   bool stop_ = false;
   std::thread worker_;
+  std::vector<std::thread> retired_;  // former workers, still inside future callbacks or finishing them
 
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;

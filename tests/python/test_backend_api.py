@@ -233,3 +233,34 @@ def _debug_detail(rank: int, world_size: int) -> None:
 
 def test_torch_distributed_debug_detail():
     launch(2, _debug_detail, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+
+
+# A future callback that issues another collective and waits for it (torch's PowerSGD hook does this). The callback
+# runs on the backend's worker thread, which must hand its queue to another thread instead of deadlocking.
+
+
+def _collective_inside_callback(rank: int, world_size: int) -> list[float]:
+    x = torch.full((4,), float(rank + 1))
+
+    def then_all_reduce_again(fut):
+        y = fut.value()[0] * 2
+        dist.all_reduce(y, async_op=True).get_future().wait()  # waits on the thread that completed `fut`
+        dist.all_reduce(y)  # a synchronous call from the same callback
+        return y
+
+    chained = dist.all_reduce(x, async_op=True).get_future().then(then_all_reduce_again)
+    out = chained.wait()
+    # The group still works afterwards, from the main thread.
+    z = torch.ones(3)
+    dist.all_reduce(z)
+    assert torch.equal(z, torch.full((3,), float(world_size))), z
+    return out.tolist()
+
+
+def test_collective_issued_and_waited_inside_a_future_callback():
+    for world_size in (2, 3):
+        results = launch(world_size, _collective_inside_callback)
+        total = world_size * (world_size + 1) / 2
+        # sum, doubled, then summed twice more over the ranks
+        expected = [total * 2 * world_size * world_size] * 4
+        assert all(r == expected for r in results), results

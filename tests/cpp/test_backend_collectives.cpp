@@ -1,0 +1,229 @@
+// The `tuned` c10d backend with ranks as threads of one process over a shared c10d::HashStore: every collective
+// against closed-form values at world sizes 1-4, every dtype and reduce op of all_reduce, zero-element tensors,
+// counts larger than one slot, and a caller error that fails every rank. The Python tests cover the same ground
+// in real processes; these run in seconds and reach the backend without Python in between.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <tunedist/tunedist.h>
+
+namespace {
+
+using BackendPtr = c10::intrusive_ptr<c10d::Backend>;
+constexpr std::chrono::milliseconds kTimeout{60000};
+
+// Runs body(rank, backend) on `size` threads, each with its own backend over one HashStore; rethrows the first
+// failure of any rank (with the rank in front) after all threads ended.
+void runRanks(int size, const std::function<void(int, BackendPtr&)>& body) {
+  static int groupCounter = 0;
+  auto store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(++groupCounter),
+                                                      c10::make_intrusive<c10d::HashStore>());
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        BackendPtr backend = tunedist::createBackend(store, r, size, kTimeout);
+        body(r, backend);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures.push_back("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  for (const auto& f : failures) {
+    FAIL_CHECK(f);
+  }
+}
+
+// The value rank r contributes at element i: small integers, exact in every dtype (bf16 holds 8 bits of mantissa).
+at::Tensor contribution(int r, int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kLong).remainder(7) + r + 1).to(dtype);
+}
+
+// The closed-form result of reducing contribution(r) over r in [0, size) with `op`, computed in double (or in
+// int64 for the bitwise ops).
+at::Tensor expected(c10d::ReduceOp::RedOpType op, int size, int64_t n, at::ScalarType dtype) {
+  at::Tensor acc = contribution(0, n, at::kLong);
+  for (int r = 1; r < size; ++r) {
+    at::Tensor x = contribution(r, n, at::kLong);
+    switch (op) {
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::AVG:
+        acc = acc + x;
+        break;
+      case c10d::ReduceOp::PRODUCT:
+        acc = acc * x;
+        break;
+      case c10d::ReduceOp::MIN:
+        acc = at::minimum(acc, x);
+        break;
+      case c10d::ReduceOp::MAX:
+        acc = at::maximum(acc, x);
+        break;
+      case c10d::ReduceOp::BAND:
+        acc = at::bitwise_and(acc, x);
+        break;
+      case c10d::ReduceOp::BOR:
+        acc = at::bitwise_or(acc, x);
+        break;
+      case c10d::ReduceOp::BXOR:
+        acc = at::bitwise_xor(acc, x);
+        break;
+      default:
+        FAIL("unexpected op");
+    }
+  }
+  if (op == c10d::ReduceOp::AVG) {
+    return (acc.to(at::kDouble) / size).to(dtype);
+  }
+  return acc.to(dtype);
+}
+
+void requireEqual(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  INFO(what << "\ngot  " << got.slice(0, 0, std::min<int64_t>(8, got.numel())) << "\nwant "
+            << want.slice(0, 0, std::min<int64_t>(8, want.numel())));
+  REQUIRE(got.sizes() == want.sizes());
+  REQUIRE(got.scalar_type() == want.scalar_type());
+  REQUIRE(at::equal(got, want));
+}
+
+}  // namespace
+
+TEST_CASE("backend all_reduce: every dtype and op against closed-form values", "[backend][allreduce]") {
+  const int size = GENERATE(1, 2, 3, 4);
+  // 0, 1, odd, and more than one 1 MiB slot of float32 (the pipelined path).
+  const int64_t n = GENERATE(int64_t(0), int64_t(1), int64_t(1001), int64_t(300000));
+  using Op = c10d::ReduceOp;
+  struct Case {
+    at::ScalarType dtype;
+    std::vector<Op::RedOpType> ops;
+  };
+  const std::vector<Op::RedOpType> arith{Op::SUM, Op::AVG, Op::PRODUCT, Op::MIN, Op::MAX};
+  const std::vector<Op::RedOpType> integer{Op::SUM, Op::PRODUCT, Op::MIN, Op::MAX, Op::BAND, Op::BOR, Op::BXOR};
+  const std::vector<Case> cases{{at::kFloat, arith},  {at::kDouble, arith}, {at::kHalf, arith},
+                                {at::kBFloat16, arith}, {at::kInt, integer}, {at::kLong, integer},
+                                {at::kChar, integer},   {at::kByte, integer}};
+  runRanks(size, [&](int rank, BackendPtr& backend) {
+    for (const auto& c : cases) {
+      for (auto op : c.ops) {
+        // PRODUCT of up to 4 values of at most 10 overflows int8: keep it to the dtypes that hold it.
+        if (op == Op::PRODUCT && (c.dtype == at::kChar || c.dtype == at::kByte || c.dtype == at::kHalf ||
+                                  c.dtype == at::kBFloat16) && size > 2) {
+          continue;
+        }
+        std::vector<at::Tensor> t{contribution(rank, n, c.dtype)};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = c10d::ReduceOp(op);
+        backend->allreduce(t, opts)->wait();
+        requireEqual(t[0], expected(op, size, n, c.dtype),
+                     std::string("all_reduce ") + c10::toString(c.dtype) + " op " + std::to_string(int(op)) +
+                         " n " + std::to_string(n) + " world " + std::to_string(size));
+      }
+    }
+  });
+}
+
+TEST_CASE("backend broadcast, all_gather, reduce_scatter, all_to_all, barrier", "[backend][collectives]") {
+  const int size = GENERATE(1, 2, 3, 4);
+  const int64_t n = GENERATE(int64_t(0), int64_t(5), int64_t(300000));
+  runRanks(size, [&](int rank, BackendPtr& backend) {
+    const auto rankValue = [n](int r) { return at::full({n}, double(r + 1), at::kFloat); };
+    for (int root = 0; root < size; ++root) {
+      std::vector<at::Tensor> t{rankValue(rank)};
+      c10d::BroadcastOptions opts;
+      opts.rootRank = root;
+      backend->broadcast(t, opts)->wait();
+      requireEqual(t[0], rankValue(root), "broadcast from root " + std::to_string(root));
+    }
+
+    at::Tensor gathered = at::empty({n * size}, at::kFloat);
+    at::Tensor mine = rankValue(rank);
+    backend->_allgather_base(gathered, mine)->wait();
+    for (int r = 0; r < size; ++r) {
+      requireEqual(gathered.slice(0, r * n, (r + 1) * n), rankValue(r), "all_gather_into_tensor block " +
+                                                                             std::to_string(r));
+    }
+
+    // reduce_scatter_tensor: rank r's input block q holds q + r; rank q receives sum_r (q + r).
+    at::Tensor input = at::empty({n * size}, at::kFloat);
+    for (int q = 0; q < size; ++q) {
+      input.slice(0, q * n, (q + 1) * n).fill_(double(q + rank));
+    }
+    at::Tensor out = at::empty({n}, at::kFloat);
+    backend->_reduce_scatter_base(out, input)->wait();
+    requireEqual(out, at::full({n}, double(size * rank + size * (size - 1) / 2), at::kFloat), "reduce_scatter");
+
+    // all_to_all_single with even splits: rank r sends 100 * r + q to rank q.
+    at::Tensor send = at::empty({n * size}, at::kFloat);
+    for (int q = 0; q < size; ++q) {
+      send.slice(0, q * n, (q + 1) * n).fill_(double(100 * rank + q));
+    }
+    at::Tensor recv = at::empty({n * size}, at::kFloat);
+    std::vector<int64_t> noSplits;
+    backend->alltoall_base(recv, send, noSplits, noSplits)->wait();
+    for (int q = 0; q < size; ++q) {
+      requireEqual(recv.slice(0, q * n, (q + 1) * n), at::full({n}, double(100 * q + rank), at::kFloat),
+                   "all_to_all block from " + std::to_string(q));
+    }
+    backend->barrier()->wait();
+  });
+}
+
+TEST_CASE("backend Work: op type, increasing sequence numbers, future holding the outputs", "[backend][work]") {
+  runRanks(2, [&](int rank, BackendPtr& backend) {
+    std::vector<at::Tensor> t{at::ones({16})};
+    auto first = backend->allreduce(t);
+    auto second = backend->allreduce(t);
+    second->wait();
+    first->wait();
+    REQUIRE(first->retrieveOpType() == c10d::OpType::ALLREDUCE);
+    REQUIRE(second->getSequencenumber() == first->getSequencenumber() + 1);
+    auto value = second->getFuture()->value();
+    REQUIRE(value.isTensorList());
+    REQUIRE(value.toTensorList().get(0).data_ptr() == t[0].data_ptr());
+    requireEqual(t[0], at::full({16}, 4.0, at::kFloat), "two all_reduces of ones on 2 ranks");
+    (void)rank;
+  });
+}
+
+TEST_CASE("backend: ranks that disagree on the size all fail naming the op, and the group stays failed",
+          "[backend][faults]") {
+  const int size = GENERATE(2, 3);
+  runRanks(size, [&](int rank, BackendPtr& backend) {
+    std::vector<at::Tensor> warm{at::ones({4})};
+    backend->allreduce(warm)->wait();
+    std::vector<at::Tensor> t{at::ones({rank == size - 1 ? 9 : 8})};
+    std::string message;
+    try {
+      backend->allreduce(t)->wait();
+    } catch (const c10::DistBackendError& e) {
+      message = e.what();
+    }
+    INFO("rank " << rank << ": " << message);
+    REQUIRE(message.find("all_reduce") != std::string::npos);
+    REQUIRE(message.find("disagree") != std::string::npos);
+    std::string later;
+    try {
+      backend->allreduce(warm)->wait();
+    } catch (const c10::DistBackendError& e) {
+      later = e.what();
+    }
+    INFO("later: " << later);
+    REQUIRE(later.find("earlier failure") != std::string::npos);
+  });
+}
