@@ -38,9 +38,13 @@ if(TUNEDIST_TORCH_CUDA_LIBRARY AND TUNEDIST_C10_CUDA_LIBRARY AND TUNEDIST_NCCL_I
   set(_tunedist_nccl_ready ON)
 endif()
 
-if(NOT DEFINED TUNEDIST_USE_NCCL)
-  set(TUNEDIST_USE_NCCL ${_tunedist_nccl_ready} CACHE BOOL "Build the NCCL side for CUDA tensors" FORCE)
+# Cached as a BOOL either way (a bare -DTUNEDIST_USE_NCCL=OFF is cached untyped).
+if(DEFINED TUNEDIST_USE_NCCL)
+  set(_tunedist_use_nccl ${TUNEDIST_USE_NCCL})
+else()
+  set(_tunedist_use_nccl ${_tunedist_nccl_ready})
 endif()
+set(TUNEDIST_USE_NCCL ${_tunedist_use_nccl} CACHE BOOL "Build the NCCL side for CUDA tensors" FORCE)
 
 if(TUNEDIST_USE_NCCL AND NOT _tunedist_nccl_ready)
   message(FATAL_ERROR "tunedist: TUNEDIST_USE_NCCL=ON needs a CUDA build of torch (libtorch_cuda: "
