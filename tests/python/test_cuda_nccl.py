@@ -139,6 +139,32 @@ def test_cpu_only_configure():
         assert "TUNEDIST_WITH_NCCL" not in generated
 
 
+def test_gpu_check_script_dry_run(tmp_path):
+    """benchmarks/gpu_check.sh parses, and its CPU-side part (machine description, configure with NCCL forced on)
+    runs here and writes its JSON."""
+    script = ROOT / "benchmarks" / "gpu_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not installed")
+    # No step limits here: this machine may be loaded; the limits matter on the GPU machine.
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "TUNEDIST_GPU_BUILD_DIR": str(tmp_path / "build"),
+           "PYTHON": sys.executable, "TUNEDIST_GPU_CHECK_BUDGET_S": "100000", "T_ENV": "100000",
+           "T_CONFIGURE": "100000"}
+    proc = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True, text=True)
+    import json
+
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    steps = {s["step"]: s for s in report["steps"]}
+    assert report["dry_run"] is True
+    assert set(steps) == {"env", "configure"}
+    assert report["env"]["torch"] == torch.__version__
+    if NCCL_IN:  # the configure forces TUNEDIST_USE_NCCL=ON, which needs what this build found
+        assert proc.returncode == 0 and report["ok"], proc.stdout + proc.stderr
+        assert "NCCL side ON" in steps["configure"]["log_tail"]
+    else:
+        assert steps["configure"]["rc"] != 0 and "TUNEDIST_USE_NCCL=ON needs" in steps["configure"]["log_tail"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # With a GPU: world size 1 (NCCL refuses two ranks on one GPU)
 
