@@ -61,6 +61,22 @@ def test_build_reports_nccl():
         assert info["header_version"] == "" and info["torch_nccl_version"] == ""
 
 
+def test_nccl_creation_log(caplog, monkeypatch):
+    """What the backend logs when it creates a group's NCCL side (the hook the C++ side calls; with a GPU,
+    test_cuda_all_ops_world1 checks that the hook runs): NCCL's summary, and a warning per finding that is not ok."""
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=tunedist-no-such-if0")
+    with caplog.at_level(logging.INFO, logger="tunedist"):
+        tunedist._on_nccl_created(0, 4)
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(infos) == 1 and "NCCL side created for a group of 4" in infos[0]
+    assert any("nccl.async_error_handling" in w for w in warnings), warnings
+    assert any("nccl.socket_ifname" in w and "tunedist-no-such-if0" in w for w in warnings), warnings
+    # Nothing was changed in the environment: tunedist only reports.
+    assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
+
+
 def _check_plain_tuned(rank: int, world_size: int) -> dict:
     pg = dist.group.WORLD
     cpu_backend = pg._get_backend(torch.device("cpu"))
