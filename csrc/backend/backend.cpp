@@ -180,6 +180,16 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::endCoalescing() {
                 "operations; coalesce the operations of one device type at a time");
     return work;
   }
+  if (works.empty()) {
+    // Nothing was coalesced. torch's _abort_process_group wraps abort() in a coalescing block on the accelerator's
+    // backend (this one, for cuda:tuned, even without a GPU), so this runs after shutdown too: a completed Work,
+    // without the worker.
+    auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::COALESCED, "tuned:coalesced",
+                                               getSequenceNumberForGroup(), std::vector<at::Tensor>{}, std::nullopt,
+                                               effectiveTimeout(c10d::kUnsetTimeout));
+    work->complete();
+    return work;
+  }
   // The coalesced operations already run in issue order; one Work that completes when all of them have.
   std::vector<at::Tensor> outputs;
   for (auto& w : works) {
