@@ -76,6 +76,15 @@ TEST_CASE("CPU calls never create the NCCL side") {
   CHECK(backend->ncclBackend() == nullptr);
 }
 
+TEST_CASE("after abort, CUDA calls fail like CPU calls, without creating the NCCL side") {
+  auto backend = makeBackend();
+  backend->abort();
+  std::vector<at::Tensor> t{deviceOnlyCudaTensor(4)};
+  CHECK_THAT(errorOf([&] { backend->allreduce(t); }),
+             Catch::Contains("all_reduce") && Catch::Contains("shut down or aborted"));
+  CHECK(backend->ncclBackend() == nullptr);
+}
+
 TEST_CASE("CUDA tensors without NCCL in the build, or without a GPU, give a clear error") {
   const bool ncclBuild = tunedist::ncclBuildInfo().compiledIn;
   if (ncclBuild && at::hasCUDA()) {

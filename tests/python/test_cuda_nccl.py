@@ -328,5 +328,5 @@ def _cuda_abort(rank: int, world_size: int) -> dict:
 @needs_gpu
 def test_cuda_abort_world1():
     (r,) = launch(1, _cuda_abort)
-    assert r["cuda"] is not None, r
+    assert r["cuda"] is not None and "aborted" in r["cuda"], r
     assert r["cpu"] is not None and "aborted" in r["cpu"], r

@@ -25,14 +25,16 @@ c10d::Backend& NcclSide::get(const std::optional<at::Device>& boundDevice) {
   c10::intrusive_ptr<c10d::Backend> backend;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // After abort()/shutdown() every CUDA call fails here, with the same words as the CPU side's.
+    TORCH_CHECK(!closed_, "the process group was shut down or aborted");
     if (backend_) {
       return *backend_;
     }
-    TORCH_CHECK(ncclBuildInfo().compiledIn, "got CUDA tensors, but this tunedist build has no NCCL support (it was built with "
+    TORCH_CHECK(ncclBuildInfo().compiledIn,
+                "got CUDA tensors, but this tunedist build has no NCCL support (it was built with "
                 "TUNEDIST_USE_NCCL=OFF, or without a CUDA build of torch). Map CUDA to torch's NCCL backend: "
                 "init_process_group(\"cpu:tuned,cuda:nccl\"), or rebuild tunedist against a CUDA build of torch "
                 "with TUNEDIST_USE_NCCL=ON.");
-    TORCH_CHECK(!closed_, "the process group was shut down or aborted");
     backend_ = createNcclBackend(c10::make_intrusive<c10d::PrefixStore>(options_.storePrefix, store_), rank_, size_,
                                  options_.timeout, groupUid_, boundDevice);
     backend = backend_;
