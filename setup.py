@@ -15,7 +15,9 @@ What a build does:
        share/cmake/tunedist/*.cmake      (find_package(tunedist); see tunedist.cmake_prefix_path)
 
 Environment:
-  TUNEDIST_CMAKE_ARGS    extra configure arguments, e.g. "-DTUNEDIST_USE_NCCL=ON"
+  TUNEDIST_USE_NCCL      1/0: build the NCCL side for CUDA tensors or not (default: CMake decides; ON when torch has
+                         CUDA and the NCCL headers are found; see cmake/tunedistNccl.cmake)
+  TUNEDIST_CMAKE_ARGS    extra configure arguments, e.g. "-DTUNEDIST_NCCL_INCLUDE_DIR=/opt/nccl/include"
   TUNEDIST_BUILD_TYPE    CMAKE_BUILD_TYPE (default Release)
   MAX_JOBS               parallel compile jobs (default: the number of CPUs)
 """
@@ -84,6 +86,11 @@ class CMakeBuild(build_ext):
             "-DCMAKE_INSTALL_LIBDIR=.",
             "-DTUNEDIST_INSTALL_CMAKEDIR=share/cmake/tunedist",
         ]
+        use_nccl = os.environ.get("TUNEDIST_USE_NCCL", "").strip().lower()
+        if use_nccl:
+            if use_nccl not in ("1", "0", "on", "off", "true", "false", "yes", "no"):
+                raise RuntimeError(f"setup.py: TUNEDIST_USE_NCCL={use_nccl!r}; use 1 or 0")
+            configure_args.append(f"-DTUNEDIST_USE_NCCL={'ON' if use_nccl in ('1', 'on', 'true', 'yes') else 'OFF'}")
         if "CMAKE_GENERATOR" not in os.environ and shutil.which("ninja"):
             configure_args.append("-GNinja")
         configure_args += shlex.split(os.environ.get("TUNEDIST_CMAKE_ARGS", ""))

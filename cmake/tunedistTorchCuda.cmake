@@ -15,7 +15,8 @@
 # cuda.cmake returns at once if the target torch::cudart exists (that is its include guard), so an empty
 # torch::cudart defined first skips it. This file does that unless torch::cudart exists already, which is the case
 # when the project ran find_package(Torch) itself first (then torch's full CUDA setup stays as it was), or unless
-# TUNEDIST_TORCH_CUDA_TOOLKIT is ON. tunedist's own build sets that to ON only for TUNEDIST_USE_NCCL.
+# TUNEDIST_TORCH_CUDA_TOOLKIT is ON. tunedist's own build never sets it: even its NCCL side (TUNEDIST_USE_NCCL) is
+# plain C++ that takes its CUDA headers from cmake/tunedistNccl.cmake.
 include_guard(DIRECTORY)
 
 option(TUNEDIST_TORCH_CUDA_TOOLKIT "Let find_package(Torch) set up the CUDA toolkit (needed only to compile CUDA)" OFF)

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <utility>
 
 #include "backend/store_rendezvous.h"
 #include "shm/error.h"
@@ -25,16 +26,21 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
 std::string versionString() { return std::string("tunedist 0.1.0 (torch ") + TUNEDIST_TORCH_VERSION + ")"; }
 
 c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                       int size, std::chrono::milliseconds timeout) {
+                                                       int size, std::chrono::milliseconds timeout,
+                                                       NcclSide::CreatedHook onNcclCreated) {
   Options options;
   if (timeout.count() > 0) {
     options.timeout = timeout;
   }
+  options.onNcclCreated = std::move(onNcclCreated);
   return c10::make_intrusive<TunedBackend>(store, rank, size, options);
 }
 
 TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options)
-    : c10d::Backend(rank, size), store_(store), options_(std::move(options)) {
+    : c10d::Backend(rank, size),
+      store_(store),
+      options_(std::move(options)),
+      nccl_(store, rank, size, NcclSide::Options{options_.timeout, options_.onNcclCreated}) {
   TORCH_CHECK(store_, "tunedist: TunedBackend on rank ", rank, " needs a store");
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for a group of ", size);
   rendezvous_ = std::make_shared<StoreRendezvous>(store_);
@@ -50,8 +56,11 @@ std::chrono::milliseconds TunedBackend::effectiveTimeout(std::chrono::millisecon
 }
 
 void TunedBackend::setTimeout(std::chrono::milliseconds timeout) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  options_.timeout = timeout;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    options_.timeout = timeout;
+  }
+  nccl_.setTimeout(timeout);
 }
 
 uint64_t TunedBackend::getSequenceNumberForGroup() {
@@ -186,11 +195,30 @@ void TunedBackend::startCoalescing() {
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  bool nccl = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(coalescing_, "tunedist: endCoalescing on rank ", rank_, " without startCoalescing");
     coalescing_ = false;
     works.swap(coalesced_);
+    nccl = std::exchange(ncclCoalescing_, false);
+  }
+  if (nccl) {
+    // The block's CUDA calls went to ProcessGroupNCCL, which returns the Work of the whole block.
+    auto work = nccl_.existing()->endCoalescing();
+    TORCH_CHECK(works.empty(), "tunedist: endCoalescing on rank ", rank_, ": the coalesced block mixed CPU and CUDA ",
+                "operations; coalesce the operations of one device type at a time");
+    return work;
+  }
+  if (works.empty()) {
+    // Nothing was coalesced. torch's _abort_process_group wraps abort() in a coalescing block on the accelerator's
+    // backend (this one, for cuda:tuned, even without a GPU), so this runs after shutdown too: a completed Work,
+    // without the worker.
+    auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::COALESCED, "tuned:coalesced",
+                                               getSequenceNumberForGroup(), std::vector<at::Tensor>{}, std::nullopt,
+                                               effectiveTimeout(c10d::kUnsetTimeout));
+    work->complete();
+    return work;
   }
   // The coalesced operations already run in issue order; one Work that completes when all of them have.
   std::vector<at::Tensor> outputs;
@@ -213,10 +241,12 @@ void TunedBackend::abort() {
   std::string reason = c10::str("tunedist: rank ", rank_, " aborted the process group");
   comm_->abort(reason);
   p2p_->abort(reason);
+  nccl_.abort();
   shutdown();
 }
 
 void TunedBackend::shutdown() {
+  nccl_.shutdown();
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -1,5 +1,6 @@
 // TunedBackend: the `tuned` c10d backend. CPU tensors go through the shared-memory engine (shm::ShmComm) among
-// the ranks of this host.
+// the ranks of this host; CUDA tensors go to the NCCL side (cuda/nccl_side.h), a wrapped ProcessGroupNCCL. Every
+// entry point first asks cudaSide() where its tensors live; a call that mixes CPU and CUDA tensors is refused.
 //
 // Execution: every call validates its tensors on the caller's thread, takes the next per-group sequence number
 // and queues the operation; one worker thread runs operations in issue order, so DDP's bucket all-reduces overlap
@@ -20,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda/device_scan.h"
+#include "backend/cuda/nccl_side.h"
 #include "backend/work.h"
 #include "shm/comm.h"
 #include "shm/p2p.h"
@@ -35,10 +38,13 @@ class TunedBackend : public c10d::Backend {
     shm::ShmOptions shm = shm::ShmOptions::fromEnv();
     // Synchronous calls up to this many bytes may run inline on the caller's thread when nothing is queued.
     size_t inlineMaxBytes = size_t(64) << 20;
+    // Called when the NCCL side is created (the Python module logs NCCL's settings there).
+    NcclSide::CreatedHook onNcclCreated;
   };
 
   static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                  std::chrono::milliseconds timeout);
+                                                  std::chrono::milliseconds timeout,
+                                                  NcclSide::CreatedHook onNcclCreated = {});
 
   TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
   ~TunedBackend() override;
@@ -100,6 +106,25 @@ class TunedBackend : public c10d::Backend {
   void setTimeout(std::chrono::milliseconds timeout) override;
   void abort() override;
   void shutdown() override;
+  void setGroupUid(const std::string& pgUid) override;
+
+  // The backend for this call's tensors: null for CPU tensors (the caller goes on with shared memory), the NCCL
+  // side for CUDA tensors. Refuses a call that mixes CPU and CUDA tensors, and CUDA tensors in a build without
+  // NCCL, naming op and rank; with failGroup (collectives) the refusal also fails the CPU group, as rejectCall.
+  template <typename... Tensors>
+  c10d::Backend* cudaSide(const char* op, const Tensors&... tensors) {
+    DeviceScan scan;
+    (scan.add(tensors), ...);
+    return scan.cuda ? cudaSideFor(op, scan, true) : nullptr;
+  }
+  template <typename... Tensors>
+  c10d::Backend* cudaSideP2p(const char* op, const Tensors&... tensors) {
+    DeviceScan scan;
+    (scan.add(tensors), ...);
+    return scan.cuda ? cudaSideFor(op, scan, false) : nullptr;
+  }
+  // The NCCL side if it was created (for tests and tools), else null.
+  c10::intrusive_ptr<c10d::Backend> ncclBackend() const { return nccl_.existing(); }
 
   // Bytes of shared memory this group reserves at its first collective.
   size_t reservedShmBytes() const { return comm_->reservedBytes(); }
@@ -140,6 +165,7 @@ class TunedBackend : public c10d::Backend {
   void settle(Item& item, std::exception_ptr error);
   // Called with mutex_ held from a callback on the worker thread: hands the queue to a fresh worker thread.
   void retireWorkerLocked();
+  c10d::Backend* cudaSideFor(const char* op, const DeviceScan& scan, bool failGroup);
 
   c10::intrusive_ptr<c10d::Store> store_;
   Options options_;
@@ -162,6 +188,11 @@ class TunedBackend : public c10d::Backend {
 
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  // torch's startCoalescing does not say which device follows; the NCCL side starts coalescing at the first CUDA
+  // call inside the coalesced block.
+  bool ncclCoalescing_ = false;  // guarded by mutex_
+
+  NcclSide nccl_;
 };
 
 }  // namespace tunedist

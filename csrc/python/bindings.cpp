@@ -20,11 +20,42 @@ namespace py = pybind11;
 
 namespace {
 
+// Wraps a Python callable (or None) as the NCCL side's creation hook. The hook runs on whichever thread made the
+// first CUDA call, usually without the GIL, so it takes the GIL; the callable is released under the GIL too.
+tunedist::NcclSide::CreatedHook ncclCreatedHook(const py::object& onNcclCreated) {
+  if (onNcclCreated.is_none()) {
+    return {};
+  }
+  auto holder = std::shared_ptr<py::object>(new py::object(onNcclCreated), [](py::object* o) {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      delete o;
+    }
+  });
+  return [holder](int rank, int size) {
+    py::gil_scoped_acquire gil;
+    try {
+      (*holder)(rank, size);
+    } catch (py::error_already_set& e) {
+      // A failing log hook must not fail the collective that created the NCCL side.
+      e.discard_as_unraisable("tunedist: on_nccl_created");
+    }
+  };
+}
+
 c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int size, const std::chrono::duration<float>& timeout) {
+                                                     int size, const std::chrono::duration<float>& timeout,
+                                                     const py::object& onNcclCreated) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  auto hook = ncclCreatedHook(onNcclCreated);
   py::gil_scoped_release release;
-  return tunedist::TunedBackend::create(store, rank, size, ms);
+  return tunedist::TunedBackend::create(store, rank, size, ms, std::move(hook));
+}
+
+tunedist::TunedBackend& tunedBackend(const c10::intrusive_ptr<c10d::Backend>& backend, const char* what) {
+  auto* tuned = dynamic_cast<tunedist::TunedBackend*>(backend.get());
+  TORCH_CHECK(tuned != nullptr, what, ": not a tunedist backend");
+  return *tuned;
 }
 
 // Per-call copy bandwidth (bytes copied per second, GB/s with 1 GB = 1e9 B) of the engine's copy routine on
@@ -51,7 +82,7 @@ std::vector<double> measureCopyGbps(size_t bytes, int reps) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tunedist native module";
   m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::arg("timeout"), "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
+        py::arg("timeout"), py::arg("on_nccl_created") = py::none(), "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
   m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
   m.def("build_id", [] { return std::string(TUNEDIST_BUILD_ID_STR); });
   m.def("version", &tunedist::versionString);
@@ -62,9 +93,22 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "reserved_shm_bytes",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
-        auto* tuned = dynamic_cast<tunedist::TunedBackend*>(backend.get());
-        TORCH_CHECK(tuned != nullptr, "reserved_shm_bytes: not a tunedist backend");
-        return tuned->reservedShmBytes();
+        return tunedBackend(backend, "reserved_shm_bytes").reservedShmBytes();
       },
       py::arg("backend"));
+  m.def("nccl_build_info", [] {
+    auto info = tunedist::ncclBuildInfo();
+    py::dict d;
+    d["compiled_in"] = info.compiledIn;
+    d["header_version"] = info.headerVersion;
+    d["torch_nccl_version"] = info.torchVersion;
+    return d;
+  });
+  m.def(
+      "nccl_side",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) -> py::object {
+        auto nccl = tunedBackend(backend, "nccl_side").ncclBackend();
+        return nccl ? py::cast(nccl) : py::none();
+      },
+      py::arg("backend"), "The ProcessGroupNCCL behind a `tuned` backend's CUDA calls, or None before the first.");
 }

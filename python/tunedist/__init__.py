@@ -2,10 +2,15 @@
 
 ``import tunedist`` registers the c10d backend ``tuned``: CPU tensors use shared-memory collectives among the
 ranks of a host. Pick it with ``dist.init_process_group("tuned")`` or ``"cpu:tuned,cuda:nccl"`` under torchrun.
+
+In a build with NCCL support (``nccl_compiled_in()``) ``tuned`` registers for ``cpu`` and ``cuda``: plain ``"tuned"``
+then gives one backend object for both device types, and its CUDA calls go through a wrapped ProcessGroupNCCL that
+it creates at the first CUDA call. It logs what NCCL will use there (logger ``tunedist``, rank 0).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 
@@ -14,9 +19,10 @@ import torch.distributed as dist
 
 from ._paths import cmake_prefix_path, include_dir
 
-__all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level"]
+__all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level", "nccl_compiled_in"]
 
 BACKEND_NAME = "tuned"
+_log = logging.getLogger("tunedist")
 
 
 def _load_native():
@@ -62,17 +68,41 @@ def _check_torchcomms() -> None:
         )
 
 
+def _on_nccl_created(rank: int, size: int) -> None:
+    """Runs when a group's NCCL side is created (its first CUDA call): global rank 0 logs what NCCL will use."""
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
+    try:
+        from .nccl_env import nccl_findings, nccl_summary  # noqa: PLC0415
+
+        info = _C.nccl_build_info()
+        _log.info("tunedist: NCCL side created for a group of %d (NCCL %s in torch, headers %s); %s", size,
+                  info["torch_nccl_version"], info["header_version"], nccl_summary())
+        for finding in nccl_findings():
+            if finding.verdict != "ok":
+                _log.warning("tunedist: %s: %s. %s", finding.check, finding.evidence, finding.fix)
+    except Exception as exc:  # noqa: BLE001 - a failed log line must not fail the collective that triggered it
+        _log.warning("tunedist: could not describe the NCCL settings: %s", exc)
+
+
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
     """The creator torch calls for every group (and sub-group) that maps a device to ``tuned``."""
     _check_torchcomms()
-    return _C.create_backend(store, rank, size, timeout)
+    return _C.create_backend(store, rank, size, timeout, _on_nccl_created)
+
+
+def nccl_compiled_in() -> bool:
+    """Whether this build has the NCCL side, so that ``tuned`` serves CUDA tensors too."""
+    return bool(_C.nccl_build_info()["compiled_in"])
 
 
 def _register() -> None:
     _check_torchcomms()
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu"])
+    # register_backend never takes over a device's default backend (gloo for cpu, nccl for cuda stay).
+    devices = ["cpu", "cuda"] if nccl_compiled_in() else ["cpu"]
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=devices)
 
 
 _register()

@@ -2,6 +2,7 @@
 
     torchrun --nproc_per_node=2 -m tunedist.bench --backends tuned,gloo \\
         --ops all_reduce,all_gather,reduce_scatter,broadcast -b 8 -e 256M -f 2 --json out.json --plot out.png
+    torchrun --nproc_per_node=1 -m tunedist.bench --device cuda --backends tuned,nccl   # CUDA buffers (one GPU)
 
 The conventions follow nccl-tests (doc/PERFORMANCE.md; docs/anchors.md part 1, sections 7 and 8):
 - time: the mean time per op of a loop of back-to-back calls with no barrier between them (total / iters). It is
@@ -96,6 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="reduce times over ranks: 0 rank 0, 1 average (default), 2 min, 3 max")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="count wrong elements (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads per rank (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the buffers live (cuda: cuda:LOCAL_RANK; each call then waits for its kernels)")
     p.add_argument("--memcpy-bytes", type=parse_size, default=256 << 20,
                    help="buffer of the memcpy probe; at least --max-bytes is used (default 256M)")
     p.add_argument("--json", help="write the results here (rank 0)")
@@ -106,8 +109,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         caps = dist.Backend.backend_capability.get(b.lower())
         if caps is None:
             p.error(f"unknown backend {b!r}: registered are {', '.join(sorted(dist.Backend.backend_capability))}")
-        if "cpu" not in caps:
-            p.error(f"backend {b!r} has no CPU support (devices {caps}); this benchmark uses CPU tensors")
+        if args.device not in caps:
+            p.error(f"backend {b!r} does not serve {args.device} tensors (devices {caps}); see --device")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
     if not 1 <= args.min_bytes <= args.max_bytes or args.step_factor < 2:
         p.error("need 1 <= --min-bytes <= --max-bytes and --step-factor >= 2")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -191,9 +196,26 @@ def _percentile(sorted_times, q: float) -> float:
     return sorted_times[min(len(sorted_times) - 1, max(0, round(q * len(sorted_times)) - 1))]
 
 
+def _device(args) -> torch.device:
+    if args.device == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _synchronized(call):
+    """A CUDA call returns once its kernels are queued; time it until they have run, as nccl-tests does."""
+    def run():
+        call()
+        torch.cuda.synchronize()
+    return run
+
+
 def measure_point(args, backend, group, op, inplace, count) -> dict:
     world, dtype = dist.get_world_size(), DTYPES[args.dtype]
-    call, wrong = make_case(op, inplace, count, dtype, args.redop, group)
+    with _device(args):  # buffers and expected values on --device
+        call, wrong = make_case(op, inplace, count, dtype, args.redop, group)
+    if args.device == "cuda":
+        call = _synchronized(call)
     start = time.perf_counter()
     wrong_here = wrong() if args.check else 0
     first_s = time.perf_counter() - start
@@ -358,7 +380,9 @@ def main(argv=None) -> int:
     dist.init_process_group("gloo")  # control traffic only; every measured backend gets a group of its own
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {b: dist.new_group(backend=b) for b in args.backends}
-    meta = {"world_size": world, "memcpy_gbps": measure_memcpy(args), "simd": tunedist.simd_level(),
+    if args.device == "cuda":
+        torch.cuda.set_device(_device(args))
+    meta = {"world_size": world, "device": args.device, "memcpy_gbps": measure_memcpy(args), "simd": tunedist.simd_level(),
             "torch": torch.__version__, "tunedist": tunedist.version(), "average": RANK_REDUCTIONS[args.average],
             "threads": {"torch_num_threads": torch.get_num_threads(), "requested": args.threads,
                         "torch_num_interop_threads": torch.get_num_interop_threads(),

@@ -28,6 +28,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather(std::vector<std::vector<a
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::AllgatherOptions& opts) {
   constexpr const char* kOp = "all_gather";
+  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
+    return nccl->allgather(outputs, inputs, opts);
+  }
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, kOp, ": expects one input and one output list");
     TORCH_CHECK(outputs[0].size() == size_t(size_), kOp, ": the output list has ", outputs[0].size(),
@@ -85,6 +88,9 @@ void checkAllgatherBase(const at::Tensor& out, const at::Tensor& in, int size, c
 c10::intrusive_ptr<c10d::Work> TunedBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::AllgatherOptions& opts) {
   constexpr const char* kOp = "all_gather_into_tensor";
+  if (auto* nccl = cudaSide(kOp, output, input)) {
+    return nccl->_allgather_base(output, input, opts);
+  }
   ops::guardCall(*this, kOp, [&] { checkAllgatherBase(output, input, size_, kOp); });
   at::Tensor out = output;
   at::Tensor in = input;
@@ -97,6 +103,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather_into_tensor_coalesced(std
                                                                              std::vector<at::Tensor>& inputs,
                                                                              const c10d::AllgatherOptions& opts) {
   constexpr const char* kOp = "all_gather_into_tensor_coalesced";
+  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
+    return nccl->allgather_into_tensor_coalesced(outputs, inputs, opts);
+  }
   size_t bytes = 0;
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(),
@@ -120,6 +129,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather_coalesced(std::vector<std
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) {
   constexpr const char* kOp = "all_gather_coalesced";
+  if (auto* nccl = cudaSide(kOp, outputLists, inputs)) {
+    return nccl->allgather_coalesced(outputLists, inputs, opts);
+  }
   size_t bytes = 0;
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(outputLists.size() == size_t(size_), kOp, ": expects one output list per rank (", size_,

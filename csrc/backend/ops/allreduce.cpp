@@ -6,6 +6,9 @@ namespace tunedist {
 c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::AllreduceOptions& opts) {
   constexpr const char* kOp = "all_reduce";
+  if (auto* nccl = cudaSide(kOp, tensors)) {
+    return nccl->allreduce(tensors, opts);
+  }
   shm::ReduceArgs args;
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(tensors.size() == 1, kOp, ": expects exactly one tensor, got ", tensors.size());
@@ -25,6 +28,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                  const c10d::AllreduceCoalescedOptions& opts) {
   constexpr const char* kOp = "all_reduce_coalesced";
+  if (auto* nccl = cudaSide(kOp, tensors)) {
+    return nccl->allreduce_coalesced(tensors, opts);
+  }
   shm::ReduceArgs args;
   size_t bytes = 0;
   ops::guardCall(*this, kOp, [&] {

@@ -32,6 +32,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, a
                                                            std::vector<int64_t>& inputSplitSizes,
                                                            const c10d::AllToAllOptions& opts) {
   constexpr const char* kOp = "all_to_all_single";
+  if (auto* nccl = cudaSide(kOp, output, input)) {
+    return nccl->alltoall_base(output, input, outputSplitSizes, inputSplitSizes, opts);
+  }
   std::vector<int64_t> outRows;
   std::vector<int64_t> inRows;
   ops::guardCall(*this, kOp, [&] {
@@ -77,6 +80,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllToAllOptions& opts) {
   constexpr const char* kOp = "all_to_all";
+  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
+    return nccl->alltoall(outputs, inputs, opts);
+  }
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), kOp, ": expects ", size_,
                 " inputs and outputs, got ", inputs.size(), " and ", outputs.size());
@@ -121,6 +127,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
 }
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::barrier(const c10d::BarrierOptions& opts) {
+  if (auto* nccl = cudaSide("barrier", opts.device)) {
+    return nccl->barrier(opts);
+  }
   return launch(c10d::OpType::BARRIER, "tuned:barrier", {}, {}, opts.asyncOp, opts.timeout, 0,
                 [this](const shm::OpContext& ctx) { comm_->barrier(ctx); });
 }

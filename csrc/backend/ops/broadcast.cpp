@@ -6,6 +6,9 @@ namespace tunedist {
 c10::intrusive_ptr<c10d::Work> TunedBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                        const c10d::BroadcastOptions& opts) {
   constexpr const char* kOp = "broadcast";
+  if (auto* nccl = cudaSide(kOp, tensors)) {
+    return nccl->broadcast(tensors, opts);
+  }
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(tensors.size() == 1, kOp, ": expects exactly one tensor, got ", tensors.size());
     ops::checkCpuDense(tensors[0], kOp, "the tensor");
@@ -28,6 +31,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::broadcast(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> TunedBackend::reduce(std::vector<at::Tensor>& tensors,
                                                     const c10d::ReduceOptions& opts) {
   constexpr const char* kOp = "reduce";
+  if (auto* nccl = cudaSide(kOp, tensors)) {
+    return nccl->reduce(tensors, opts);
+  }
   shm::ReduceArgs args;
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(tensors.size() == 1, kOp, ": expects exactly one tensor, got ", tensors.size());

@@ -52,7 +52,7 @@ shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int wo
 void checkCpuDense(const at::Tensor& t, const char* op, const char* what) {
   TORCH_CHECK(t.defined(), op, ": ", what, " is undefined");
   TORCH_CHECK(t.device().is_cpu(), op, ": ", what, " is on ", t.device(),
-              "; this backend serves CPU tensors (map CUDA to nccl: init_process_group(\"cpu:tuned,cuda:nccl\"))");
+              "; the `tuned` backend serves CPU tensors (and CUDA tensors through NCCL)");
   TORCH_CHECK(t.layout() == at::kStrided, op, ": ", what, " must be a dense (strided) tensor, got ", t.layout());
 }
 

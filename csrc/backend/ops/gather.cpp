@@ -7,6 +7,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::gather(std::vector<std::vector<at::
                                                     std::vector<at::Tensor>& inputs,
                                                     const c10d::GatherOptions& opts) {
   constexpr const char* kOp = "gather";
+  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
+    return nccl->gather(outputs, inputs, opts);
+  }
   const int root = int(opts.rootRank);
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(root >= 0 && root < size_, kOp, ": root ", root, " is outside the group of ", size_);
@@ -49,6 +52,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::scatter(std::vector<at::Tensor>& ou
                                                      std::vector<std::vector<at::Tensor>>& inputs,
                                                      const c10d::ScatterOptions& opts) {
   constexpr const char* kOp = "scatter";
+  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
+    return nccl->scatter(outputs, inputs, opts);
+  }
   const int root = int(opts.rootRank);
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(root >= 0 && root < size_, kOp, ": root ", root, " is outside the group of ", size_);

@@ -103,6 +103,9 @@ c10::intrusive_ptr<c10d::Work> startRecv(TunedBackend& backend, const at::Tensor
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  if (auto* nccl = cudaSideP2p(kSend, tensors)) {
+    return nccl->send(tensors, dstRank, tag);
+  }
   checkP2pCall(*this, kSend, [&] {
     checkTensors(tensors, kSend);
     checkPeer(dstRank, rank_, size_, kSend, "destination");
@@ -125,6 +128,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tenso
 }
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  if (auto* nccl = cudaSideP2p(kRecv, tensors)) {
+    return nccl->recv(tensors, srcRank, tag);
+  }
   checkP2pCall(*this, kRecv, [&] {
     checkTensors(tensors, kRecv);
     checkPeer(srcRank, rank_, size_, kRecv, "source");
@@ -133,6 +139,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::recv(std::vector<at::Tensor>& tenso
 }
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  if (auto* nccl = cudaSideP2p(kRecv, tensors)) {
+    return nccl->recvAnysource(tensors, tag);
+  }
   checkP2pCall(*this, "recv (any source)", [&] { checkTensors(tensors, kRecv); });
   return startRecv(*this, tensors[0], -1, tag);
 }

@@ -46,6 +46,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reduce_scatter(std::vector<at::Tens
                                                             std::vector<std::vector<at::Tensor>>& inputs,
                                                             const c10d::ReduceScatterOptions& opts) {
   constexpr const char* kOp = "reduce_scatter";
+  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
+    return nccl->reduce_scatter(outputs, inputs, opts);
+  }
   shm::ReduceArgs args;
   ops::guardCall(*this, kOp, [&] {
     TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, kOp, ": expects one output and one input list");
@@ -69,6 +72,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reduce_scatter(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> TunedBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                   const c10d::ReduceScatterOptions& opts) {
   constexpr const char* kOp = "reduce_scatter_tensor";
+  if (auto* nccl = cudaSide(kOp, output, input)) {
+    return nccl->_reduce_scatter_base(output, input, opts);
+  }
   shm::ReduceArgs args;
   ops::guardCall(*this, kOp, [&] {
     checkReduceScatterBase(output, input, size_, kOp);
@@ -85,6 +91,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::_reduce_scatter_base(at::Tensor& ou
 c10::intrusive_ptr<c10d::Work> TunedBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   constexpr const char* kOp = "reduce_scatter_tensor_coalesced";
+  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
+    return nccl->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  }
   std::vector<shm::ReduceArgs> args;
   size_t bytes = 0;
   ops::guardCall(*this, kOp, [&] {
