@@ -129,12 +129,15 @@ def dispose_ddp(ddp: DistributedDataParallel) -> None:
         reducer._remove_autograd_hooks()
 
 
-def register_hook(ddp: DistributedDataParallel, hook: str, process_group=None) -> str:
-    """Registers a gradient compression hook by name. tunedist.hooks when it is installed; otherwise torch's own
-    hook of the same kind (logged). Returns which one was registered."""
+def register_hook(ddp: DistributedDataParallel, hook: str, process_group=None, source: str = "auto") -> str:
+    """Registers a gradient compression hook by name: tunedist.hooks when it is installed (source "auto"),
+    otherwise (or with source "torch") torch's own hook of the same kind, with a logged note. Returns which one
+    was registered."""
     if hook not in HOOKS:
         raise ValueError(f"tunedist.tune: unknown hook {hook!r}; choose one of {', '.join(HOOKS)} or None")
-    if importlib.util.find_spec("tunedist.hooks") is not None:
+    if source not in ("auto", "torch"):
+        raise ValueError(f"tunedist.tune: hook source must be 'auto' or 'torch', got {source!r}")
+    if source == "auto" and importlib.util.find_spec("tunedist.hooks") is not None:
         import tunedist.hooks  # noqa: PLC0415  (another component; loaded only when asked for)
 
         tunedist.hooks.register(ddp, hook)
@@ -142,6 +145,12 @@ def register_hook(ddp: DistributedDataParallel, hook: str, process_group=None) -
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook  # noqa: PLC0415
 
     if hook == "powersgd":
+        if next(ddp.module.parameters()).device.type == "cpu":
+            raise ValueError(
+                f"tunedist.tune: register_hook('powersgd') on rank {dist.get_rank()}: torch's powerSGD_hook, the "
+                "stand-in while tunedist.hooks is not installed, waits for an all_reduce inside a future callback; "
+                "CPU backends run those callbacks on their few worker threads (tuned: 1, gloo: 2), so it "
+                "deadlocks there. Install tunedist.hooks for PowerSGD on CPU, or use 'fp16'/'bf16'")
         state = powerSGD_hook.PowerSGDState(process_group=process_group, matrix_approximation_rank=1,
                                             start_powerSGD_iter=2)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
@@ -150,6 +159,6 @@ def register_hook(ddp: DistributedDataParallel, hook: str, process_group=None) -
         fn = default_hooks.fp16_compress_hook if hook == "fp16" else default_hooks.bf16_compress_hook
         ddp.register_comm_hook(process_group, fn)
         used = f"torch {fn.__name__}"
-    log.info("tunedist.tune: tunedist.hooks is not installed; registered %s instead of tunedist's %r hook",
-             used, hook)
+    log.info("tunedist.tune: registered %s in place of tunedist.hooks' %r hook (%s)", used, hook,
+             "asked for torch's" if source == "torch" else "tunedist.hooks is not installed")
     return used
