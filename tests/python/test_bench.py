@@ -117,8 +117,8 @@ def test_plot_draws_one_line_per_backend_and_op_and_the_bound(tmp_path):
     assert list(t["all_reduce time at the bound"].get_ydata()) == pytest.approx([s / (bound * 1e3) for s in sizes])
     tuned_ar = [r for r in results if (r["backend"], r["op"], r["inplace"]) == ("tuned", "all_reduce", True)]
     assert list(t["tuned all_reduce"].get_ydata()) == [r["time_us"] for r in tuned_ar]  # the in-place variant
-    assert bw["tuned all_reduce"].get_linestyle() != bw["gloo all_reduce"].get_linestyle()
-    assert bw["tuned all_reduce"].get_color() == bw["gloo all_reduce"].get_color()
+    assert bw["tuned all_reduce"].get_color() != bw["gloo all_reduce"].get_color()  # colour: backend
+    assert bw["tuned all_reduce"].get_linestyle() != bw["tuned broadcast"].get_linestyle()  # style: op
 
 
 def test_bench_prints_tables(bench_run):
