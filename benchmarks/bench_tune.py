@@ -27,7 +27,7 @@ from tunedist import tune
 class DeepMLP(torch.nn.Module):
     """Many mid-size layers: a cap below a layer gives a bucket per tensor, a cap above the model one bucket."""
 
-    def __init__(self, width: int = 384, depth: int = 48, batch: int = 32):
+    def __init__(self, width: int = 256, depth: int = 96, batch: int = 32):
         super().__init__()
         self.layers = torch.nn.Sequential(*[m for _ in range(depth) for m in (torch.nn.Linear(width, width),
                                                                              torch.nn.Tanh())])
@@ -45,7 +45,7 @@ class SlowFirstWide(torch.nn.Module):
     """A compute-heavy first block over many tokens (small parameters, slow backward, its gradients ready last),
     then a few huge layers on the pooled tokens (most of the bytes, ready early)."""
 
-    def __init__(self, d: int = 256, tokens: int = 4096, hidden: int = 2048):
+    def __init__(self, d: int = 256, tokens: int = 4096, hidden: int = 3072):
         super().__init__()
         self.token_mlp = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU(), torch.nn.Linear(d, d),
                                              torch.nn.GELU())

@@ -140,20 +140,36 @@ class StepTiming:
         return {"median_ms": self.median_s * 1e3, "spread_ms": self.spread_s * 1e3, "steps": self.steps}
 
 
-def time_steps(ddp, step_fn, group, steps: int, warmup: int = 2) -> StepTiming:
-    """Forward + backward of the DDP model (the backward returns once every bucket is reduced). The first steps
-    are warm-up: the reducer rebuilds its buckets in gradient-ready order at the second forward."""
-    samples = []
-    for k in range(warmup + steps):
+def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on_round=None) -> list:
+    """Step times of several DDP wrappers of one module, taken in turns: round k runs one forward + backward of
+    each (starting at a different one each round), so a load that drifts during the measurement hits all alike.
+
+    DDPs of one module can coexist: a reducer acts on a backward only when its own forward prepared it. The first
+    `warmup` steps of each are not timed (the reducer rebuilds its buckets at the second forward). Returns one
+    StepTiming per DDP; median and spread are per rank, then max over ranks.
+    """
+    for ddp in ddps:
+        for _ in range(warmup):
+            ddp.zero_grad(set_to_none=True)
+            step_fn(ddp).backward()
+    samples = [[] for _ in ddps]
+    for k in range(steps):
+        for j in range(len(ddps)):
+            i = (j + k) % len(ddps)
+            ddps[i].zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            step_fn(ddps[i]).backward()
+            samples[i].append(time.perf_counter() - t0)
+        if on_round is not None:
+            on_round(k)
+    for ddp in ddps:
         ddp.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        step_fn(ddp).backward()
-        if k >= warmup:
-            samples.append(time.perf_counter() - t0)
-    ddp.zero_grad(set_to_none=True)
-    qs = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
-    median, spread = agree_max([statistics.median(samples), (qs[2] - qs[0]) / 2], group)
-    return StepTiming(median_s=median, spread_s=spread, steps=steps)
+    local = []
+    for s in samples:
+        qs = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0]] * 3
+        local += [statistics.median(s), (qs[2] - qs[0]) / 2]
+    agreed = agree_max(local, group)
+    return [StepTiming(median_s=agreed[2 * i], spread_s=agreed[2 * i + 1], steps=steps) for i in range(len(ddps))]
 
 
 def model_bytes(module) -> int:

@@ -12,7 +12,7 @@ from ..bench import Progress
 from .candidates import HOOKS, Candidate, build_ddp, dispose_ddp, make_candidates, register_hook
 from .costmodel import MachineModel, fit_comm_model, simulate
 from .measure import (broadcast_ints, comm_sizes, measure_contention, measure_ready_times, model_bytes,
-                      time_all_reduce, time_per_param_all_reduce, time_steps)
+                      time_all_reduce, time_per_param_all_reduce, time_steps_interleaved)
 from .report import Row, TuneReport, hook_advice, predict
 
 
@@ -25,9 +25,10 @@ class TuneOptions:
     first_bucket_mb: tuple = (1.0,)
     top_k: int = 2  # candidates measured for real, best predictions first
     measure_default: bool = True  # also measure DDP's default, for the report
-    trial_steps: int = 8
+    trial_steps: int = 8  # timed steps per candidate
+    interleave: int = 16  # DDPs alive and measured in turns at once (each holds its own bucket buffers)
     warmup_steps: int = 2  # >= 2: the reducer rebuilds its buckets at the second forward
-    profile_iters: int = 5
+    profile_iters: int = 3
     comm_points: int = 7
     progress: bool = True  # a bar on rank 0's stderr over the trials
 
@@ -45,27 +46,43 @@ def resolve_step_fn(step_fn, loss_fn, batch):
     return lambda model: loss_fn(model(inputs), target)
 
 
-def _trial(module, candidate, step_fn, group, hook, opts, ddp_kwargs):
-    ddp = build_ddp(module, candidate, group, **ddp_kwargs)
+def _build_all(module, candidates, group, hook, ddp_kwargs) -> list:
+    ddps = []
     try:
-        if hook is not None:
-            register_hook(ddp, hook, group)
-        return time_steps(ddp, step_fn, group, opts.trial_steps, opts.warmup_steps)
-    finally:
+        for c in candidates:
+            ddps.append(build_ddp(module, c, group, **ddp_kwargs))
+            if hook is not None:
+                register_hook(ddps[-1], hook, group)
+    except BaseException:
+        _dispose_all(ddps)
+        raise
+    return ddps
+
+
+def _dispose_all(ddps) -> None:
+    for ddp in ddps:
         dispose_ddp(ddp)
-        del ddp
-        gc.collect()
+    ddps.clear()
+    gc.collect()
 
 
 def measure_candidates(module, candidates, step_fn, group=None, hook=None, options=None, **ddp_kwargs) -> list:
-    """StepTiming of a DDP of `module` with each candidate, one after the other (also the benchmark's sweep)."""
+    """StepTiming of a DDP of `module` with each candidate (also the benchmark's sweep). Up to
+    options.interleave DDPs are alive at once and measured in turns (see time_steps_interleaved)."""
     opts = options or TuneOptions()
+    chunk = max(1, opts.interleave)
     rank = dist.get_rank(group)
-    progress = Progress(len(candidates), opts.progress and rank == 0)
+    progress = Progress(opts.trial_steps * -(-len(candidates) // chunk), opts.progress and rank == 0)
     out = []
-    for c in candidates:
-        out.append(_trial(module, c, step_fn, group, hook, opts, ddp_kwargs))
-        progress.step(f"{c.label}: {out[-1].median_s * 1e3:.1f} ms")
+    for start in range(0, len(candidates), chunk):
+        part = candidates[start:start + chunk]
+        ddps = _build_all(module, part, group, hook, ddp_kwargs)
+        try:
+            label = f"candidates {start + 1}-{start + len(part)} of {len(candidates)}"
+            out += time_steps_interleaved(ddps, step_fn, group, opts.trial_steps, opts.warmup_steps,
+                                          on_round=lambda k: progress.step(label))
+        finally:
+            _dispose_all(ddps)
     progress.close()
     return out
 
