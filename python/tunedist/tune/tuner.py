@@ -11,8 +11,9 @@ import torch.distributed as dist
 from ..bench import Progress
 from .candidates import HOOKS, Candidate, build_ddp, dispose_ddp, make_candidates, register_hook
 from .costmodel import MachineModel, fit_comm_model, simulate
-from .measure import (broadcast_ints, comm_sizes, measure_contention, measure_ready_times, model_bytes,
-                      time_all_reduce, time_per_param_all_reduce, time_steps_interleaved)
+from .measure import (broadcast_ints, comm_sizes, measure_ready_times, model_bytes, time_all_reduce,
+                      time_steps_interleaved)
+from .probes import measure_contention, time_per_gradient_all_reduce
 from .report import Row, TuneReport, hook_advice, predict
 
 
@@ -93,10 +94,11 @@ def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
     sizes = comm_sizes(model_bytes(model), points=opts.comm_points)
     comm = fit_comm_model(sizes, time_all_reduce(sizes, group))
     contention = measure_contention(model, step_fn, group, comm, profile.backward_s)
-    per_param = time_per_param_all_reduce(model, step_fn, group)
-    no_overhead = simulate(profile.ready_s, profile.param_bytes, [1], comm, profile.backward_s, profile.backward_s,
-                           contention=contention)
-    overhead = max(0.0, (per_param - no_overhead.step_s) / len(profile.param_bytes))
+    per_grad = time_per_gradient_all_reduce(model, step_fn, group)
+    scale = per_grad.plain_s / profile.backward_s  # the load now against the load during the profile
+    no_overhead = simulate([t * scale for t in profile.ready_s], profile.param_bytes, [1], comm, per_grad.plain_s,
+                           per_grad.plain_s, contention=contention)
+    overhead = max(0.0, (per_grad.total_s - no_overhead.step_s) / len(profile.param_bytes))
     return MachineModel(comm=comm, contention=contention, bucket_overhead_s=overhead)
 
 
