@@ -62,13 +62,50 @@ class SlowFirstWide(torch.nn.Module):
         return self.head(self.token_mlp(x).mean(dim=1))
 
 
-MODELS = {"deep_mlp": DeepMLP, "slow_first_wide": SlowFirstWide}
+class Block(torch.nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1) @ v
+        x = x + self.out(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(torch.nn.functional.gelu(self.up(self.ln2(x))))
+
+
+class TinyTransformer(torch.nn.Module):
+    """Mixed sizes, as in a language model: an embedding table used first (its gradient ready last), blocks of
+    mid-size matrices and many tiny LayerNorm/bias tensors."""
+
+    def __init__(self, vocab: int = 8192, d: int = 256, depth: int = 8, heads: int = 4, batch: int = 2,
+                 seq: int = 32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.blocks = torch.nn.Sequential(*[Block(d, heads) for _ in range(depth)])
+        self.head = torch.nn.Linear(d, vocab // 16)
+        g = torch.Generator().manual_seed(3)
+        self.x = torch.randint(0, vocab, (batch, seq), generator=g)
+        self.y = torch.randint(0, vocab // 16, (batch * seq,), generator=g)
+
+    def loss(self, model):
+        return torch.nn.functional.cross_entropy(model(self.x).reshape(-1, self.head.out_features), self.y)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.embed(x)))
+
+
+MODELS = {"deep_mlp": DeepMLP, "transformer": TinyTransformer, "slow_first_wide": SlowFirstWide}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--backend", default="tuned")
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default="deep_mlp,transformer")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=8, help="timed steps per candidate (sweep and tuner alike)")
     p.add_argument("--top-k", type=int, default=2)

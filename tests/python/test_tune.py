@@ -73,7 +73,7 @@ def test_candidates_and_ddp_arguments():
     assert tune.Candidate(4).limits() == [4 * MIB]
     assert tune.Candidate(4, 1).limits() == [MIB, 4 * MIB]
     caps = [c.cap_mb for c in tune.make_candidates(64 * MIB) if c.first_mb is None]
-    assert caps[0] >= 1 and caps[-1] >= 64 and all(b == 2 * a for a, b in zip(caps, caps[1:]))
+    assert caps[0] == 0.25 and caps[-1] >= 64 and all(b == 2 * a for a, b in zip(caps, caps[1:]))
     firsts = [c for c in tune.make_candidates(64 * MIB, first_mb=(1.0,)) if c.first_mb is not None]
     assert bool(firsts) == ddp_accepts_cap_list() and all(c.first_mb < c.cap_mb for c in firsts)
     with pytest.raises(ValueError, match="bucket_cap_mb"):

@@ -71,16 +71,16 @@ class Candidate:
 
 
 def make_candidates(total_bytes: int, caps_mb=None, first_mb=None) -> list:
-    """The search space: caps from 1/64 of the model up to the whole model (powers of 2 MiB, a few below 1 MiB),
-    each alone and, where the running torch lets the first bucket differ, with a smaller first bucket."""
+    """The search space: caps in powers of 2 MiB from 1/256 of the model (at least 1/16 MiB: a bucket per tensor
+    for most models) up to the whole model, each alone and, where the running torch lets the first bucket differ,
+    with each smaller first bucket in first_mb."""
     if caps_mb is None:
         total_mb = total_bytes / MIB
-        caps_mb, cap = [], 0.25
+        caps_mb, cap = [], 1 / 16
         while cap < 2 * total_mb:
-            if cap >= total_mb / 64:
+            if cap >= total_mb / 256:
                 caps_mb.append(cap)
             cap *= 2
-        caps_mb = caps_mb or [0.25]
     out = [Candidate(c) for c in caps_mb]
     for f in first_mb or ():
         out += [Candidate(c, f) for c in caps_mb if f < c and Candidate(c, f).supported()]

@@ -30,6 +30,7 @@ class TuneOptions:
     interleave: int = 16  # DDPs alive and measured in turns at once (each holds its own bucket buffers)
     warmup_steps: int = 2  # >= 2: the reducer rebuilds its buckets at the second forward
     profile_iters: int = 3
+    probe_pairs: int = 2  # (plain, probed) backward pairs of each probe
     comm_points: int = 7
     progress: bool = True  # a bar on rank 0's stderr over the trials
 
@@ -93,8 +94,8 @@ def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
     all_reduce per gradient against what the fit and the contention predict for it."""
     sizes = comm_sizes(model_bytes(model), points=opts.comm_points)
     comm = fit_comm_model(sizes, time_all_reduce(sizes, group))
-    contention = measure_contention(model, step_fn, group, comm, profile.backward_s)
-    per_grad = time_per_gradient_all_reduce(model, step_fn, group)
+    contention = measure_contention(model, step_fn, group, comm, profile.backward_s, iters=opts.probe_pairs)
+    per_grad = time_per_gradient_all_reduce(model, step_fn, group, iters=opts.probe_pairs)
     scale = per_grad.plain_s / profile.backward_s  # the load now against the load during the profile
     no_overhead = simulate([t * scale for t in profile.ready_s], profile.param_bytes, [1], comm, per_grad.plain_s,
                            per_grad.plain_s, contention=contention)
