@@ -116,7 +116,6 @@ def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, h
     step_fn = resolve_step_fn(step_fn, loss_fn, batch)
     started = time.perf_counter()
     profile = measure_ready_times(model, step_fn, process_group, iters=opts.profile_iters)
-    sizes = comm_sizes(model_bytes(model), points=opts.comm_points)
     machine = measure_machine(model, step_fn, process_group, profile, opts)
     candidates = [c for c in (opts.candidates or make_candidates(model_bytes(model), first_mb=opts.first_bucket_mb))
                   if not c.is_default]
