@@ -347,31 +347,11 @@ def bound_section(results, world: int, memcpy_gbps: float) -> dict:
     return section
 
 
-def plot(results, meta, path: str) -> None:
-    import matplotlib  # noqa: PLC0415
+def plot(results, meta, path: str):
+    """The --plot figure (tunedist.bench_plot); returns the matplotlib Figure."""
+    from .bench_plot import plot as draw  # noqa: PLC0415  (matplotlib is optional)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(14, 5.5))
-    lines = {}
-    for r in results:
-        if r["inplace"] == PRIMARY_INPLACE[r["op"]]:
-            lines.setdefault(f"{r['backend']} {r['op']}", []).append(r)
-    for label, rows in lines.items():
-        style = "-" if rows[0]["backend"] == "tuned" else "--"
-        ax_bw.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], style, marker=".", label=label)
-        ax_t.plot([r["bytes"] for r in rows], [r["time_us"] for r in rows], style, marker=".", label=label)
-    bound = meta["bound"]["busbw_gbps"]
-    if bound:
-        ax_bw.axhline(bound, color="k", linestyle=":", label=f"all_reduce bound {bound:.1f} GB/s")
-    for ax, ylabel in ((ax_bw, "busbw (GB/s)"), (ax_t, "time per op (us)")):
-        ax.set(xscale="log", yscale="log", xlabel="size S (bytes)", ylabel=ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-    ax_bw.legend(fontsize=7)
-    fig.suptitle(f"tunedist.bench: {meta['world_size']} ranks, memcpy {meta['memcpy_gbps']:.1f} GB/s per rank")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return draw(results, meta, path, PRIMARY_INPLACE)
 
 
 def main(argv=None) -> int:

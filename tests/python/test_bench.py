@@ -36,7 +36,8 @@ def _torchrun(*argv, world_size=2):
 def bench_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,gloo", "--ops", ",".join(OPS), "-b", "8",
-                     "-e", "64K", "-n", "5", "-w", "1", "--memcpy-bytes", "8M", "--no-progress", "--json", str(out))
+                     "-e", "64K", "-n", "5", "-w", "1", "--memcpy-bytes", "8M", "--no-progress", "--json", str(out),
+                     "--plot", str(out.with_suffix(".png")))
     return json.loads(out.read_text()), text
 
 
@@ -70,6 +71,54 @@ def test_bench_every_point_is_correct(bench_run):
         sizes = sorted(r["bytes"] for r in data["results"] if (r["backend"], r["op"], r["inplace"]) ==
                        (backend, "all_reduce", True))
         assert sizes == [8 << i for i in range(14)]  # 8 B .. 64 KiB, factor 2
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_writes_the_plot(bench_run, tmp_path_factory):
+    data, _ = bench_run
+    png = next(tmp_path_factory.getbasetemp().glob("bench*/bench.png"))
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
+
+
+def _fake_results():
+    rows = []
+    for backend, speed in (("tuned", 4.0), ("gloo", 1.0)):
+        for op in ("all_reduce", "broadcast"):
+            for k in range(4):
+                nbytes = 1024 << (2 * k)
+                t_us = 20 + nbytes / (speed * 1e3)
+                algbw = nbytes / t_us / 1e3
+                rows.append({"backend": backend, "op": op, "inplace": True, "bytes": nbytes, "time_us": t_us,
+                             "algbw_gbps": algbw, "busbw_gbps": algbw})  # factor 1 for both at P = 2
+    rows.append({**rows[0], "inplace": False, "time_us": 1e9})  # out-of-place all_reduce: not the summary variant
+    return rows
+
+
+def test_plot_draws_one_line_per_backend_and_op_and_the_bound(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = _fake_results()
+    meta = {"world_size": 2, "memcpy_gbps": 11.0, "simd": "avx2", "torch": "x",
+            "bound": bench.bound_section(results, 2, 11.0)}
+    fig = bench.plot(results, meta, str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
+    ax_bw, ax_t = fig.axes
+    assert ax_bw.get_xscale() == ax_bw.get_yscale() == ax_t.get_xscale() == ax_t.get_yscale() == "log"
+    bw = {line.get_label(): line for line in ax_bw.get_lines()}
+    t = {line.get_label(): line for line in ax_t.get_lines()}
+    series = {f"{b} {op}" for b in ("tuned", "gloo") for op in ("all_reduce", "broadcast")}
+    assert series <= set(bw) and series <= set(t)
+    bound = 4 / 11 * 11.0
+    (bound_label,) = [k for k in bw if "bound" in k]
+    assert "all_reduce" in bound_label and list(bw[bound_label].get_ydata()) == [bound, bound]
+    assert not any("broadcast" in k and "bound" in k for k in list(bw) + list(t))  # no bound defined there
+    sizes = [1024 << (2 * k) for k in range(4)]
+    assert list(t["all_reduce time at the bound"].get_ydata()) == pytest.approx([s / (bound * 1e3) for s in sizes])
+    tuned_ar = [r for r in results if (r["backend"], r["op"], r["inplace"]) == ("tuned", "all_reduce", True)]
+    assert list(t["tuned all_reduce"].get_ydata()) == [r["time_us"] for r in tuned_ar]  # the in-place variant
+    assert bw["tuned all_reduce"].get_color() != bw["gloo all_reduce"].get_color()  # colour: backend
+    assert bw["tuned all_reduce"].get_linestyle() != bw["tuned broadcast"].get_linestyle()  # style: op
 
 
 def test_bench_prints_tables(bench_run):

@@ -1,0 +1,154 @@
+"""The tuning procedure: profile, fit, predict every candidate, measure the few best for real, agree on one."""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from ..bench import Progress
+from .candidates import HOOKS, Candidate, build_ddp, dispose_ddp, make_candidates, register_hook
+from .costmodel import MachineModel, fit_comm_model, simulate
+from .measure import (broadcast_ints, comm_sizes, measure_ready_times, model_bytes, time_all_reduce,
+                      time_steps_interleaved)
+from .probes import measure_contention, time_per_gradient_all_reduce
+from .report import Row, TuneReport, hook_advice, predict
+
+
+@dataclass
+class TuneOptions:
+    """Knobs of the search. candidates None: caps from 1/64 of the model up to all of it (see make_candidates),
+    plus each with a first bucket of first_bucket_mb where the running torch allows it."""
+
+    candidates: list | None = None
+    first_bucket_mb: tuple = (1.0,)
+    top_k: int = 2  # candidates measured for real, best predictions first
+    measure_default: bool = True  # also measure DDP's default, for the report
+    trial_steps: int = 8  # timed steps per candidate
+    interleave: int = 16  # DDPs alive and measured in turns at once (each holds its own bucket buffers)
+    warmup_steps: int = 2  # >= 2: the reducer rebuilds its buckets at the second forward
+    profile_iters: int = 3
+    probe_pairs: int = 2  # (plain, probed) backward pairs of each probe
+    comm_points: int = 7
+    progress: bool = True  # a bar on rank 0's stderr over the trials
+
+
+def resolve_step_fn(step_fn, loss_fn, batch):
+    """step_fn(model) -> scalar loss (forward only; the tuner runs backward), or loss_fn(model(x), y) of batch."""
+    if step_fn is not None:
+        if loss_fn is not None or batch is not None:
+            raise ValueError("tunedist.tune: pass either step_fn or loss_fn and batch, not both")
+        return step_fn
+    if loss_fn is None or batch is None:
+        raise ValueError("tunedist.tune: pass step_fn(model) -> loss, or loss_fn(output, target) with "
+                         "batch=(inputs, target)")
+    inputs, target = batch
+    return lambda model: loss_fn(model(inputs), target)
+
+
+def _build_all(module, candidates, group, hook, ddp_kwargs) -> list:
+    ddps = []
+    try:
+        for c in candidates:
+            ddps.append(build_ddp(module, c, group, **ddp_kwargs))
+            if hook is not None:
+                register_hook(ddps[-1], hook, group)
+    except BaseException:
+        _dispose_all(ddps)
+        raise
+    return ddps
+
+
+def _dispose_all(ddps) -> None:
+    for ddp in ddps:
+        dispose_ddp(ddp)
+    ddps.clear()
+    gc.collect()
+
+
+def measure_candidates(module, candidates, step_fn, group=None, hook=None, options=None, **ddp_kwargs) -> list:
+    """StepTiming of a DDP of `module` with each candidate (also the benchmark's sweep). Up to
+    options.interleave DDPs are alive at once and measured in turns (see time_steps_interleaved)."""
+    opts = options or TuneOptions()
+    chunk = max(1, opts.interleave)
+    rank = dist.get_rank(group)
+    progress = Progress(opts.trial_steps * -(-len(candidates) // chunk), opts.progress and rank == 0)
+    out = []
+    for start in range(0, len(candidates), chunk):
+        part = candidates[start:start + chunk]
+        ddps = _build_all(module, part, group, hook, ddp_kwargs)
+        try:
+            label = f"candidates {start + 1}-{start + len(part)} of {len(candidates)}"
+            out += time_steps_interleaved(ddps, step_fn, group, opts.trial_steps, opts.warmup_steps,
+                                          on_round=lambda k: progress.step(label))
+        finally:
+            _dispose_all(ddps)
+    progress.close()
+    return out
+
+
+def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
+    """The all_reduce fit; then the contention probe; then each bucket's fixed cost, from one backward with an
+    all_reduce per gradient against what the fit and the contention predict for it."""
+    sizes = comm_sizes(model_bytes(model), points=opts.comm_points)
+    comm = fit_comm_model(sizes, time_all_reduce(sizes, group))
+    contention = measure_contention(model, step_fn, group, comm, profile.backward_s, iters=opts.probe_pairs)
+    per_grad = time_per_gradient_all_reduce(model, step_fn, group, iters=opts.probe_pairs)
+    scale = per_grad.plain_s / profile.backward_s  # the load now against the load during the profile
+    no_overhead = simulate([t * scale for t in profile.ready_s], profile.param_bytes, [1], comm, per_grad.plain_s,
+                           per_grad.plain_s, contention=contention)
+    overhead = max(0.0, (per_grad.total_s - no_overhead.step_s) / len(profile.param_bytes))
+    return MachineModel(comm=comm, contention=contention, bucket_overhead_s=overhead)
+
+
+def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, hook=None, options=None,
+         **ddp_kwargs) -> TuneReport:
+    """Chooses DDP bucket limits for `model` on `process_group` (default: the world). Every rank must call it with
+    the same arguments; every rank gets the same choice (rank 0's). `model` must not be wrapped in DDP yet."""
+    if hook is not None and hook not in HOOKS:
+        raise ValueError(f"tunedist.tune: unknown hook {hook!r}; choose one of {', '.join(HOOKS)} or None")
+    if not dist.is_initialized():
+        raise RuntimeError("tunedist.tune: call dist.init_process_group first; the tuner measures the group's "
+                           "all_reduce and DDP steps")
+    opts = options or TuneOptions()
+    step_fn = resolve_step_fn(step_fn, loss_fn, batch)
+    started = time.perf_counter()
+    profile = measure_ready_times(model, step_fn, process_group, iters=opts.profile_iters)
+    machine = measure_machine(model, step_fn, process_group, profile, opts)
+    candidates = [c for c in (opts.candidates or make_candidates(model_bytes(model), first_mb=opts.first_bucket_mb))
+                  if not c.is_default]
+    unsupported = [c.label for c in candidates if not c.supported()]
+    if unsupported:
+        raise ValueError(f"tunedist.tune: this torch cannot set a first bucket apart from the cap for {unsupported}")
+    rows = [Row(c, predict(profile, machine, c, hook)) for c in candidates]
+    # Best prediction first; among equals the larger cap (fewer collectives when the prediction cannot tell).
+    rows.sort(key=lambda r: (round(r.prediction.step_s, 6), -(r.candidate.cap_mb or 0)))
+    rows.append(Row(Candidate(None), predict(profile, machine, Candidate(None), hook)))
+    trial_rows = rows[:opts.top_k] + ([rows[-1]] if opts.measure_default else [])
+    timings = measure_candidates(model, [r.candidate for r in trial_rows], step_fn, process_group, hook, opts,
+                                 **ddp_kwargs)
+    for r, t in zip(trial_rows, timings):
+        r.measured = t
+    best = min(range(len(trial_rows)), key=lambda i: trial_rows[i].measured.median_s)
+    (best,) = broadcast_ints([best], process_group)  # timings are agreed already; rank 0's word settles ties
+    group = process_group if process_group is not None else dist.group.WORLD
+    report = TuneReport(choice=trial_rows[best].candidate, rows=rows, machine=machine, profile=profile,
+                        world_size=dist.get_world_size(group), backend=str(dist.get_backend(group)), hook=hook)
+    report.advice = [] if hook else hook_advice(profile, machine, report.choice, trial_rows[best].measured.median_s)
+    report.tune_s = time.perf_counter() - started
+    return report
+
+
+def ddp(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, hook=None, options=None,
+        **ddp_kwargs):
+    """Tunes the buckets, then returns (DistributedDataParallel(model, <chosen buckets>, **ddp_kwargs) with `hook`
+    registered if given, report). hook: None, "fp16", "bf16" or "powersgd" (tunedist.hooks when installed, else
+    torch's equivalent)."""
+    report = tune(model, step_fn, loss_fn=loss_fn, batch=batch, process_group=process_group, hook=hook,
+                  options=options, **ddp_kwargs)
+    model_ddp = build_ddp(model, report.choice, process_group, **ddp_kwargs)
+    if hook is not None:
+        report.hook_used = register_hook(model_ddp, hook, process_group)
+    return model_ddp, report

@@ -1,0 +1,227 @@
+"""tunedist.tune, the DDP bucket autotuner: its cost model as unit tests, then real 2-rank runs over `tuned` that
+compare the simulated bucketing with the reducer's and tune a model end to end. No timing is asserted."""
+
+import importlib.util
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_utils import launch
+from tunedist import tune
+from tunedist.tune.candidates import ddp_accepts_cap_list
+from tunedist.tune.costmodel import MIB
+
+# --------------------------------------------------------------------------------------------------- unit tests
+
+
+@pytest.mark.parametrize("alpha_us,beta_gbps", [(30.0, 2.0), (400.0, 0.8), (5.0, 12.0)])
+def test_fit_recovers_alpha_beta(alpha_us, beta_gbps):
+    sizes = [4096 << (2 * k) for k in range(7)]  # 4 KiB .. 16 MiB
+    alpha, g = alpha_us * 1e-6, 1 / (beta_gbps * 1e9)
+    exact = tune.fit_comm_model(sizes, [alpha + n * g for n in sizes])
+    assert math.isclose(exact.alpha_s, alpha, rel_tol=1e-6) and math.isclose(exact.beta_bps, 1 / g, rel_tol=1e-6)
+    assert exact.max_rel_err < 1e-9
+    # +-5% deterministic noise: the fit stays close, and the error it reports is the noise it saw.
+    noise = [1.05, 0.95, 1.03, 0.97, 1.05, 0.96, 1.04]
+    noisy = tune.fit_comm_model(sizes, [(alpha + n * g) * e for n, e in zip(sizes, noise)])
+    assert noisy.alpha_s == pytest.approx(alpha, rel=0.1) and noisy.beta_bps == pytest.approx(1 / g, rel=0.1)
+    assert 0.02 < noisy.max_rel_err < 0.1
+
+
+def test_fit_reports_a_bad_fit_and_rejects_bad_input():
+    sizes = [1 << k for k in range(10, 24, 2)]
+    # A step at 256 KiB (two algorithms) does not fit one line: the reported error says so.
+    times = [20e-6 if n <= 256 << 10 else 200e-6 + n / 3e9 for n in sizes]
+    assert tune.fit_comm_model(sizes, times).max_rel_err > 0.3
+    with pytest.raises(ValueError, match="at least 2"):
+        tune.fit_comm_model([4096], [1e-5])
+    with pytest.raises(ValueError, match="distinct sizes"):
+        tune.fit_comm_model([4096, 4096], [1e-5, 2e-5])
+
+
+def test_assign_buckets_follows_ddp_rules():
+    mb = MIB
+    # Closes at >= the limit, never splits a tensor, first limit then the cap.
+    assert tune.assign_buckets([mb, mb, mb, mb], [2 * mb]) == [[0, 1], [2, 3]]
+    assert tune.assign_buckets([mb, mb, mb, mb], [mb, 3 * mb]) == [[0], [1, 2, 3]]
+    assert tune.assign_buckets([5 * mb, 1, 1], [mb, 2 * mb]) == [[0], [1, 2]]
+    assert tune.assign_buckets([mb // 2] * 3, [mb]) == [[0, 1], [2]]
+    # Separate buckets per key (dtype/device); the ones still open come last in first-seen order.
+    assert tune.assign_buckets([mb, mb, mb], [2 * mb], keys=["f", "h", "f"]) == [[0, 2], [1]]
+    with pytest.raises(ValueError):
+        tune.assign_buckets([1], [])
+
+
+def test_simulate_one_comm_stream():
+    comm = tune.CommModel(alpha_s=1.0, s_per_byte=1.0, points=(), max_rel_err=0.0, rms_rel_err=0.0)
+    # Ready at 1, 2, 10; each bucket of one byte takes 2 s; backward ends at 10.
+    p = tune.simulate([1.0, 2.0, 10.0], [1, 1, 1], [1], comm, backward_s=10.0, compute_step_s=15.0)
+    # Bucket 0: 1 -> 3, bucket 1: 3 -> 5, bucket 2: 10 -> 12: 2 s exposed.
+    assert p.exposed_s == pytest.approx(2.0) and p.step_s == pytest.approx(17.0) and p.comm_s == pytest.approx(6.0)
+    one = tune.simulate([1.0, 2.0, 10.0], [1, 1, 1], [100], comm, backward_s=10.0, compute_step_s=15.0)
+    assert one.bucket_bytes == (3,) and one.exposed_s == pytest.approx(4.0)
+    # Contention charges the overlapped part; the overhead each bucket.
+    c = tune.simulate([1.0, 2.0, 10.0], [1, 1, 1], [1], comm, 10.0, 15.0, contention=0.5, bucket_overhead_s=0.1)
+    assert c.step_s == pytest.approx(15.0 + 2.0 + 0.5 * 4.0 + 0.3)
+
+
+def test_candidates_and_ddp_arguments():
+    default = tune.Candidate(None)
+    assert default.limits() == [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * MIB] and default.is_default
+    assert tune.Candidate(4).limits() == [4 * MIB]
+    assert tune.Candidate(4, 1).limits() == [MIB, 4 * MIB]
+    caps = [c.cap_mb for c in tune.make_candidates(64 * MIB) if c.first_mb is None]
+    assert caps[0] == 0.25 and caps[-1] >= 64 and all(b == 2 * a for a, b in zip(caps, caps[1:]))
+    firsts = [c for c in tune.make_candidates(64 * MIB, first_mb=(1.0,)) if c.first_mb is not None]
+    assert bool(firsts) == ddp_accepts_cap_list() and all(c.first_mb < c.cap_mb for c in firsts)
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        tune.build_ddp(torch.nn.Linear(2, 2), tune.Candidate(4), bucket_cap_mb=8)
+    with pytest.raises(ValueError, match="unknown hook"):
+        tune.register_hook(None, "int8")
+
+
+# --------------------------------------------------------------------------------------------------- 2 ranks
+
+
+def _mixed_model():
+    torch.manual_seed(0)
+    # Tensors of very different sizes, so caps between them change the bucketing.
+    return torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                               torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1024),
+                               torch.nn.ReLU(), torch.nn.Linear(1024, 8))
+
+
+def _step_fn(rank):
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(16, 64, generator=g), torch.randn(16, 8, generator=g)
+    return lambda m: torch.nn.functional.mse_loss(m(x), y)
+
+
+def _candidates_to_check():
+    out = [tune.Candidate(None), tune.Candidate(0.25), tune.Candidate(1.0), tune.Candidate(4.0)]
+    if ddp_accepts_cap_list():
+        out.append(tune.Candidate(1.5, 0.25))
+    return out
+
+
+def _bucketing_vs_reducer(rank, world_size):
+    model, step_fn = _mixed_model(), _step_fn(rank)
+    profile = tune.measure_ready_times(model, step_fn, None, iters=2)
+    out = []
+    for cand in _candidates_to_check():
+        ddp = tune.build_ddp(model, cand)
+        for _ in range(3):  # the reducer rebuilds its buckets at the second forward
+            ddp.zero_grad()
+            step_fn(ddp).backward()
+        actual = [[int(i) for i in b.split()] for b in
+                  ddp._get_ddp_logging_data()["rebuilt_per_bucket_param_indices"].split(",")]
+        simulated = [[profile.order[i] for i in b] for b in tune.assign_buckets(profile.param_bytes, cand.limits())]
+        out.append((cand.label, actual, simulated))
+        tune.candidates.dispose_ddp(ddp)
+    return out
+
+
+def _grads(module):
+    return torch.cat([p.grad.reshape(-1) for p in tune.params_of(module)])
+
+
+def _reference_grad(rank, world_size, step_fn_of_rank):
+    """The average over ranks of the local gradients: what DDP must produce."""
+    total = None
+    for r in range(world_size):
+        model = _mixed_model()
+        step_fn_of_rank(r)(model).backward()
+        total = _grads(model) if total is None else total + _grads(model)
+    return total / world_size
+
+
+def _tune_end_to_end(rank, world_size, hook):
+    model = _mixed_model()
+    opts = tune.TuneOptions(trial_steps=3, top_k=2, profile_iters=2, progress=False)
+    ddp, report = tune.ddp(model, step_fn=_step_fn(rank), hook=hook, options=opts)
+    ddp.zero_grad()
+    _step_fn(rank)(ddp).backward()
+    grad = _grads(ddp.module)
+    gathered = [torch.empty_like(grad) for _ in range(world_size)]
+    dist.all_gather(gathered, grad)
+    measured = [r for r in report.rows if r.measured is not None]
+    return {"choice": report.choice, "label": report.choice.label, "table": report.table(),
+            "same_grads": all(torch.equal(g, gathered[0]) for g in gathered),
+            "grad_err": float((grad - _reference_grad(rank, world_size, _step_fn)).abs().max()),
+            "n_measured": len(measured), "n_rows": len(report.rows), "hook_used": report.hook_used,
+            "ready_sorted": list(report.profile.ready_s) == sorted(report.profile.ready_s),
+            "fit_points": len(report.machine.comm.points), "dict": report.as_dict()}
+
+
+def _powersgd_refusal(rank, world_size):
+    ddp = tune.build_ddp(_mixed_model(), tune.Candidate(1.0))
+    try:
+        tune.register_hook(ddp, "powersgd", source="torch")
+    except ValueError as exc:
+        return str(exc)
+    finally:
+        tune.candidates.dispose_ddp(ddp)
+    return None
+
+
+def _on_tuned(rank, world_size):
+    return {"bucketing": _bucketing_vs_reducer(rank, world_size),
+            "tune": _tune_end_to_end(rank, world_size, "bf16"),
+            "powersgd": _powersgd_refusal(rank, world_size), "fp16": _torch_fp16_fallback(rank, world_size)}
+
+
+@pytest.fixture(scope="module")
+def tuned_run():
+    """One 2-rank launch over `tuned` for the tests below (process start-up dominates their cost)."""
+    return launch(2, _on_tuned)
+
+
+def test_simulated_bucketing_matches_the_reducer(tuned_run):
+    for rank_result in tuned_run:
+        rows = rank_result["bucketing"]
+        for label, actual, simulated in rows:
+            assert actual == simulated, f"{label}: reducer {actual} vs simulated {simulated}"
+        assert len({len(a) for _, a, _ in rows}) > 1, "the caps tried should give different bucket counts"
+
+
+def test_tune_two_ranks_agree_and_train(tuned_run):
+    results = [r["tune"] for r in tuned_run]
+    assert results[0]["choice"] == results[1]["choice"], [r["label"] for r in results]
+    for r in results:
+        assert r["same_grads"], "ranks hold different gradients after a DDP step"
+        assert r["grad_err"] < 1e-2, r["grad_err"]  # bf16 on the wire
+        assert r["n_measured"] == 3 and r["n_rows"] > 3  # top 2 + the default measured, the rest predicted
+        assert r["ready_sorted"] and r["fit_points"] >= 5
+        assert "<- chosen" in r["table"] and "default (25 MB" in r["table"]
+        assert r["dict"]["choice"]["measured"]["median_ms"] > 0
+    expected = "tunedist.hooks.register" if importlib.util.find_spec("tunedist.hooks") else "bf16_compress_hook"
+    assert expected in results[0]["hook_used"]
+
+
+def _torch_fp16_fallback(rank, world_size):
+    ddp = tune.build_ddp(_mixed_model(), tune.Candidate(0.5))
+    used = tune.register_hook(ddp, "fp16", source="torch")
+    for _ in range(3):
+        ddp.zero_grad()
+        _step_fn(rank)(ddp).backward()
+    grad = _grads(ddp.module)
+    gathered = [torch.empty_like(grad) for _ in range(world_size)]
+    dist.all_gather(gathered, grad)
+    ref = _reference_grad(rank, world_size, _step_fn)
+    tune.candidates.dispose_ddp(ddp)
+    return {"used": used, "same": all(torch.equal(g, gathered[0]) for g in gathered),
+            "rel_err": float((grad - ref).norm() / ref.norm())}
+
+
+def test_torch_fp16_fallback_on_tuned(tuned_run):
+    for r in tuned_run:
+        v = r["fp16"]
+        assert "fp16_compress_hook" in v["used"] and v["same"] and 0 < v["rel_err"] < 1e-2, v
+
+
+def test_torch_powersgd_is_refused_on_tuned(tuned_run):
+    """torch's powerSGD_hook waits inside a future callback: on CPU backends that deadlocks, so it is refused."""
+    for rank, r in enumerate(tuned_run):
+        assert r["powersgd"] is not None and "deadlocks" in r["powersgd"] and f"rank {rank}" in r["powersgd"]
