@@ -1,0 +1,283 @@
+"""Workers of test_hooks_state.py (module level, so spawned ranks can import them)."""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as torch_default
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import tunedist.hooks as td_hooks
+from tunedist.hooks import default as td_default
+from tunedist.hooks import powerSGD as td_psgd
+from hooks_workers import MixedNet, batch, train
+
+PSGD_OPTS = dict(matrix_approximation_rank=2, start_powerSGD_iter=2, random_seed=11)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resume: 10 steps, checkpoint, 10 more in new processes == 20 straight.
+
+def _install_resumable(how: str, warm: bool, state=None):
+    opts = dict(PSGD_OPTS, warm_start=warm)
+    if how == "state_dict":
+        def install(ddp):
+            s = td_hooks.register(ddp, "powersgd", **opts)
+            if state is not None:
+                s.load_state_dict(state)
+            return s
+    else:
+        def install(ddp):
+            s = state if state is not None else td_psgd.PowerSGDState(None, **opts)
+            ddp.register_comm_hook(s, td_psgd.powerSGD_hook)
+            return s
+    return install
+
+
+def resume_first_half(rank: int, world_size: int, directory: str, how: str, warm: bool) -> dict:
+    params20, state20, _ = train(rank, None, _install_resumable(how, warm), steps=20)
+    torch.manual_seed(0)
+    model = MixedNet()
+    _, state, _ = train(rank, None, _install_resumable(how, warm), steps=10, model=model)
+    saved = state.state_dict() if how == "state_dict" else pickle.dumps(state)
+    torch.save({"model": model.state_dict(), "hook": saved}, Path(directory) / f"rank{rank}.pt")
+    return {"params": params20, "iter": state20.iter}
+
+
+def resume_second_half(rank: int, world_size: int, directory: str, how: str, warm: bool) -> dict:
+    checkpoint = torch.load(Path(directory) / f"rank{rank}.pt", weights_only=(how == "state_dict"))
+    model = MixedNet()
+    model.load_state_dict(checkpoint["model"])
+    saved = checkpoint["hook"] if how == "state_dict" else pickle.loads(checkpoint["hook"])
+    params, state, _ = train(rank, None, _install_resumable(how, warm, saved), steps=10, model=model, start_step=10)
+    return {"params": params, "iter": state.iter}
+
+
+def pickle_format_worker(rank: int, world_size: int) -> dict:
+    ours = td_psgd.PowerSGDState(None, start_powerSGD_iter=5, random_seed=3)
+    ref = torch_psgd.PowerSGDState(None, start_powerSGD_iter=5, random_seed=3)
+    for s in (ours, ref):
+        s.iter = 7
+        s.rng.randint(10)  # a copy for ours: draw on the real state below
+    ref.rng.randint(10)
+    ours_rng_state = td_psgd.PowerSGDState(None, random_seed=3).rng
+    ours_rng_state.randint(10)
+    ours.rng = ours_rng_state
+    torch_to_ours = td_psgd.PowerSGDState.__new__(td_psgd.PowerSGDState)
+    torch_to_ours.__setstate__(ref.__getstate__())
+    ours_to_torch = torch_psgd.PowerSGDState.__new__(torch_psgd.PowerSGDState)
+    ours_to_torch.__setstate__(pickle.loads(pickle.dumps(ours)).__getstate__())
+    return {
+        "keys_ours": sorted(ours.__getstate__()), "keys_torch": sorted(ref.__getstate__()),
+        "torch_to_ours_iter": torch_to_ours.iter, "ours_to_torch_iter": ours_to_torch.iter,
+        "rng_draws_equal": [torch_to_ours.rng.randint(10**9) for _ in range(1)] == [ref.rng.randint(10**9)]
+        and ours_to_torch.rng.randint(10**9) == pickle.loads(pickle.dumps(ours)).rng.randint(10**9),
+        "group_restored": pickle.loads(pickle.dumps(ours)).process_group is dist.distributed_c10d._get_default_group(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Edge cases: ours (drop-in, native) against a reference run.
+
+class BiasOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.linspace(-1, 1, 10))
+        self.b = nn.Parameter(torch.linspace(0, 1, 10))
+
+    def forward(self, x):
+        return torch.tanh(x * self.a + self.b)
+
+
+class Small(nn.Module):
+    """Tensors smaller than the rank (3x40, 2x40 at rank 4) plus one layer used before it is registered."""
+
+    def __init__(self):
+        super().__init__()
+        self.late = nn.Linear(40, 3)
+        self.early = nn.Linear(10, 40)
+        self.tiny = nn.Linear(40, 2)
+        self.unused = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.early(x))
+        return torch.cat([self.late(h), self.tiny(h), torch.zeros(x.shape[0], 5)], dim=1)
+
+
+class WithEmpty(nn.Module):
+    """A zero-element parameter: with a tiny bucket cap it gets a bucket of its own, an empty one."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(10, 3)
+        self.empty = nn.Parameter(torch.zeros(0, 4))
+
+    def forward(self, x):
+        return self.fc(x) + self.empty.sum()
+
+
+def _psgd_pair(opts, batched=False):
+    torch_hook = torch_psgd.batched_powerSGD_hook if batched else torch_psgd.powerSGD_hook
+    ours_hook = td_psgd.batched_powerSGD_hook if batched else td_psgd.powerSGD_hook
+    kind = "batched_powersgd" if batched else "powersgd"
+    return (lambda ddp: (ddp.register_comm_hook(s := torch_psgd.PowerSGDState(None, **opts), torch_hook), s)[1],
+            lambda ddp: (ddp.register_comm_hook(s := td_psgd.PowerSGDState(None, **opts), ours_hook), s)[1],
+            lambda ddp: td_hooks.register(ddp, kind, **opts))
+
+
+def _no_hook(ddp):
+    return None
+
+
+SMALL_OPTS = dict(matrix_approximation_rank=4, start_powerSGD_iter=2, min_compression_rate=0.1)
+# name -> (model, width, out, ddp kwargs, (reference, dropin, native), rtol/atol, loop options)
+EDGE = {
+    "bias_only_powersgd": (BiasOnly, 10, 10, {}, _psgd_pair(PSGD_OPTS), 0, {}),
+    "small_tensors_qr": (Small, 10, 10, {"find_unused_parameters": True}, _psgd_pair(SMALL_OPTS), 0, {}),
+    "rebuild_many_buckets": (Small, 10, 10, {"bucket_cap_mb": 0.001, "find_unused_parameters": True},
+                             _psgd_pair(SMALL_OPTS), 0, {}),
+    "bucket_view_static_graph": (MixedNet, 32, 10, {"gradient_as_bucket_view": True, "static_graph": True},
+                                 _psgd_pair(PSGD_OPTS), 0, {}),
+    "no_sync_accumulation": (MixedNet, 32, 10, {}, _psgd_pair(PSGD_OPTS), 0, {"no_sync": True}),
+    "grad_scaler_fp16": (MixedNet, 32, 10, {},
+                         (lambda ddp: ddp.register_comm_hook(None, torch_default.fp16_compress_hook),
+                          lambda ddp: ddp.register_comm_hook(None, td_default.fp16_compress_hook),
+                          lambda ddp: td_hooks.register(ddp, "fp16")), 0, {"scaler": True}),
+    "empty_bucket_allreduce": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
+                               (_no_hook, lambda ddp: ddp.register_comm_hook(None, td_default.allreduce_hook),
+                                lambda ddp: td_hooks.register(ddp, "allreduce")), 0, {}),
+    "empty_bucket_powersgd": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
+                              (_no_hook, _psgd_pair(PSGD_OPTS)[1], _psgd_pair(PSGD_OPTS)[2]), "psgd", {}),
+    "empty_bucket_batched": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
+                             (_no_hook, _psgd_pair(PSGD_OPTS, True)[1], _psgd_pair(PSGD_OPTS, True)[2]), "psgd",
+                             {}),
+}
+EDGE_CASES = list(EDGE)
+
+
+def _edge_train(rank, model_fn, width, out, ddp_kwargs, install, loop):
+    torch.manual_seed(0)
+    model = model_fn()
+    ddp = DDP(model, **ddp_kwargs)
+    install(ddp)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10) if loop.get("scaler") else None
+    for step in range(20):
+        x, y = batch(rank, step, width, out)
+        if loop.get("no_sync") and step % 2 == 0:
+            with ddp.no_sync():
+                F.mse_loss(ddp(x), y).backward()
+            continue
+        loss = F.mse_loss(ddp(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        opt.zero_grad()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def edge_worker(rank: int, world_size: int) -> dict:
+    results = {}
+    for name, (model_fn, width, out, kwargs, (ref, dropin, native), tol, loop) in EDGE.items():
+        try:
+            entry = {label: _edge_train(rank, model_fn, width, out, kwargs, install, loop)
+                     for label, install in (("reference", ref), ("dropin", dropin), ("native", native))}
+            # "psgd" against DDP without a hook: PowerSGD only matches it up to compression (here: all tensors
+            # in these models are vectors or below the threshold, so only the rounding of sum/size differs).
+            entry["rtol"], entry["atol"] = (1e-5, 1e-6) if tol == "psgd" else (0, 0)
+            entry["checked"] = len(entry["reference"])
+            results[name] = entry
+        except Exception:  # noqa: BLE001
+            results[name] = traceback.format_exc()
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What reaches the process group.
+
+class RecordingGroup(dist.ProcessGroup):
+    """A process group that forwards allreduce to `inner` (gloo), recording what it was given; refuses `refuse`."""
+
+    def __init__(self, inner, refuse=()):
+        super().__init__(inner.rank(), inner.size())
+        self.inner = inner
+        self.refuse = tuple(refuse)
+        self.calls = []
+
+    def allreduce(self, tensors, opts=None):
+        t = tensors[0]
+        if t.dtype in self.refuse:
+            raise TypeError(f"RecordingGroup: allreduce of {t.dtype} is not supported")
+        storage = t.untyped_storage()
+        self.calls.append((t.dtype, t.numel(), storage.data_ptr(), storage.nbytes()))
+        return self.inner.allreduce(tensors, opts) if opts is not None else self.inner.allreduce(tensors)
+
+
+HALF_STEPS = 6
+
+
+def half_bytes_worker(rank: int, world_size: int, precision: str) -> dict:
+    hook = td_default.fp16_compress_hook if precision == "fp16" else td_default.bf16_compress_hook
+    report = {}
+    for label in ("dropin", "native"):
+        group = RecordingGroup(dist.group.WORLD)
+
+        def install(ddp, label=label, group=group):
+            if label == "dropin":
+                ddp.register_comm_hook(group, hook)
+            else:
+                td_hooks.register(ddp, precision, process_group=group)
+            return None
+
+        _, _, ddp = train(rank, None, install, steps=HALF_STEPS, ddp_kwargs={"bucket_cap_mb": 0.02})
+        calls = group.calls[1:] if label == "native" else group.calls  # register() probes with one element first
+        storages = {c[2]: c[3] for c in calls}
+        report[label] = {"calls": calls, "distinct_storages": len(storages),
+                         "distinct_storage_bytes": sum(storages.values())}
+        report["param_numel"] = sum(p.numel() for p in ddp.parameters())
+    report["steps"] = HALF_STEPS
+    return report
+
+
+def _error_of(fn) -> str:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def errors_worker(rank: int, world_size: int) -> dict:
+    def fresh():
+        torch.manual_seed(0)
+        return DDP(MixedNet())
+
+    report = {}
+    ddp = fresh()
+    td_hooks.register(ddp, "powersgd", **PSGD_OPTS)
+    report["second_register"] = _error_of(lambda: td_hooks.register(ddp, "fp16"))
+    ddp = fresh()
+    ddp.register_comm_hook(None, td_default.allreduce_hook)
+    report["register_after_python_hook"] = _error_of(lambda: td_hooks.register(ddp, "allreduce"))
+    ddp = fresh()
+    ddp.register_comm_hook(None, td_psgd.powerSGD_hook)
+    x, y = batch(rank, 0)
+    report["dropin_state_none"] = _error_of(lambda: F.mse_loss(ddp(x), y).backward())
+    dist.barrier()
+    ddp = fresh()
+    group = RecordingGroup(dist.group.WORLD, refuse=(torch.bfloat16,))
+    report["missing_dtype"] = _error_of(lambda: td_hooks.register(ddp, "bf16", process_group=group))
+    report["bad_start_iter"] = _error_of(lambda: td_hooks.register(fresh(), "powersgd", start_powerSGD_iter=1))
+    report["unknown_hook"] = _error_of(lambda: td_hooks.register(fresh(), "fp8"))
+    return report
