@@ -15,6 +15,8 @@
 // The arithmetic is torch's op for op (same ATen calls on the same shapes), so parameters match bit for bit.
 #include <ATen/core/jit_type.h>
 
+#include <atomic>
+#include <functional>
 #include <map>
 
 #include "hooks/hook_common.h"
@@ -166,6 +168,25 @@ at::Tensor decompress(PowerSgdState& state, int64_t index, bool isLast, int worl
   return input;
 }
 
+// A future completed with fn() once both `a` and `b` are done, or with the first error (no thread blocks).
+FuturePtr whenBoth(const FuturePtr& a, const FuturePtr& b, std::function<at::Tensor()> fn) {
+  auto result = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+  auto remaining = std::make_shared<std::atomic<int>>(2);
+  auto onDone = [a, b, result, remaining, fn = std::move(fn)](c10::ivalue::Future&) {
+    if (remaining->fetch_sub(1) != 1) return;
+    try {
+      a->value();  // rethrows a failed allreduce
+      b->value();
+      result->markCompleted(c10::IValue(fn()));
+    } catch (...) {
+      result->setError(std::current_exception());
+    }
+  };
+  a->addCallback(onDone);
+  b->addCallback(onDone);
+  return result;
+}
+
 class PowerSgdCommHook : public TensorResultHook {
  public:
   PowerSgdCommHook(GroupPtr group, std::shared_ptr<PowerSgdState> state, bool batched)
@@ -219,18 +240,13 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
   }
   FuturePtr qFut = allreduceSum(group, qMemory);
 
-  c10::List<FuturePtr> both;
-  both.push_back(uncompressedFut);
-  both.push_back(qFut);
   const int worldSize = group->getSize();
-  return c10::collectAll(both)->then(
-      [statePtr, worldSize, input, uncompressedMemory, batches, qMemory,
-       uncompressed = std::move(plan.uncompressed), isLast = bucket.isLast(), index](c10::ivalue::Future& f) {
-        for (const auto& sub : f.value().toList()) sub.get().toFuture()->value();  // rethrows a failed allreduce
-        return c10::IValue(decompress(*statePtr, index, isLast, worldSize, input, uncompressedMemory,
-                                      uncompressed, *batches, qMemory));
-      },
-      c10::TensorType::get());
+  return whenBoth(uncompressedFut, qFut,
+                  [statePtr, worldSize, input, uncompressedMemory, batches, qMemory,
+                   uncompressed = std::move(plan.uncompressed), isLast = bucket.isLast(), index]() {
+                    return decompress(*statePtr, index, isLast, worldSize, input, uncompressedMemory, uncompressed,
+                                      *batches, qMemory);
+                  });
 }
 
 std::unique_ptr<c10d::CommHookInterface> makePowerSgdHook(GroupPtr group, std::shared_ptr<PowerSgdState> state,

@@ -5,7 +5,6 @@ signatures, same results; the whole bucket is handled by one C++ call (compressi
 single fused passes on CPU). ``state`` is the process group, ``None`` meaning the default group, as in torch.
 """
 
-from __future__ import annotations
 
 from typing import Any, Callable
 

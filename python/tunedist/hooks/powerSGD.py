@@ -10,7 +10,6 @@ group is dropped and comes back as the default group. ``batched_powerSGD_hook`` 
 compressed step). ``state_dict()``/``load_state_dict()`` checkpoint the state with tensors only.
 """
 
-from __future__ import annotations
 
 import logging
 
