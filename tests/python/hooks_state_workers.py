@@ -41,23 +41,74 @@ def _install_resumable(how: str, warm: bool, state=None):
     return install
 
 
-def resume_first_half(rank: int, world_size: int, directory: str, how: str, warm: bool) -> dict:
-    params20, state20, _ = train(rank, None, _install_resumable(how, warm), steps=20)
-    torch.manual_seed(0)
-    model = MixedNet()
-    _, state, _ = train(rank, None, _install_resumable(how, warm), steps=10, model=model)
-    saved = state.state_dict() if how == "state_dict" else pickle.dumps(state)
-    torch.save({"model": model.state_dict(), "hook": saved}, Path(directory) / f"rank{rank}.pt")
-    return {"params": params20, "iter": state20.iter}
+class _BiasFirstLinear(nn.Module):
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        ref = nn.Linear(n_in, n_out)
+        self.bias = nn.Parameter(ref.bias.detach().clone())
+        self.weight = nn.Parameter(ref.weight.detach().clone())
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
 
 
-def resume_second_half(rank: int, world_size: int, directory: str, how: str, warm: bool) -> dict:
-    checkpoint = torch.load(Path(directory) / f"rank{rank}.pt", weights_only=(how == "state_dict"))
-    model = MixedNet()
-    model.load_state_dict(checkpoint["model"])
-    saved = checkpoint["hook"] if how == "state_dict" else pickle.loads(checkpoint["hook"])
-    params, state, _ = train(rank, None, _install_resumable(how, warm, saved), steps=10, model=model, start_step=10)
-    return {"params": params, "iter": state.iter}
+class ReadyOrderNet(nn.Module):
+    """Parameters registered in the order their gradients become ready (last layer first, bias before weight).
+
+    DDP's first-iteration bucket follows registration order and its rebuilt buckets follow ready order; here they
+    agree, so per-bucket state saved after the rebuild fits a new process's first step. For other models the first
+    step of a resumed run sees the bucket permuted (torch's hook has the same limitation): resume those with a few
+    uncompressed steps (start_powerSGD_iter above the restored iter) or a layout that is the same in both.
+    """
+
+    def __init__(self):
+        super().__init__()
+        dims = [32, 64, 64, 64, 10]
+        self.layers = nn.ModuleList([_BiasFirstLinear(a, b) for a, b in zip(dims[:-1], dims[1:])][::-1])
+
+    def forward(self, x):
+        for i, layer in enumerate(reversed(self.layers)):
+            x = layer(x) if i == len(self.layers) - 1 else torch.tanh(layer(x))
+        return x
+
+
+def seq_net() -> nn.Module:
+    return ReadyOrderNet()
+
+
+RESUME_CONFIGS = [(how, warm) for how in ("state_dict", "pickle") for warm in (True, False)]
+
+
+def _checkpoint_path(directory: str, rank: int, how: str, warm: bool) -> Path:
+    return Path(directory) / f"{how}_{'warm' if warm else 'cold'}_rank{rank}.pt"
+
+
+def resume_first_half(rank: int, world_size: int, directory: str) -> dict:
+    """Per config: 20 straight steps, and 10 steps saved to a checkpoint."""
+    out = {}
+    for how, warm in RESUME_CONFIGS:
+        params20, state20, _ = train(rank, None, _install_resumable(how, warm), steps=20, model_fn=seq_net)
+        torch.manual_seed(0)
+        model = seq_net()
+        _, state, _ = train(rank, None, _install_resumable(how, warm), steps=10, model=model)
+        saved = state.state_dict() if how == "state_dict" else pickle.dumps(state)
+        torch.save({"model": model.state_dict(), "hook": saved}, _checkpoint_path(directory, rank, how, warm))
+        out[(how, warm)] = {"params": params20, "iter": state20.iter}
+    return out
+
+
+def resume_second_half(rank: int, world_size: int, directory: str) -> dict:
+    """Per config: restore the checkpoint in these new processes, 10 more steps."""
+    out = {}
+    for how, warm in RESUME_CONFIGS:
+        checkpoint = torch.load(_checkpoint_path(directory, rank, how, warm), weights_only=(how == "state_dict"))
+        model = seq_net()
+        model.load_state_dict(checkpoint["model"])
+        saved = checkpoint["hook"] if how == "state_dict" else pickle.loads(checkpoint["hook"])
+        params, state, _ = train(rank, None, _install_resumable(how, warm, saved), steps=10, model=model,
+                                 start_step=10)
+        out[(how, warm)] = {"params": params, "iter": state.iter}
+    return out
 
 
 def pickle_format_worker(rank: int, world_size: int) -> dict:
@@ -127,8 +178,8 @@ def _psgd_pair(opts, batched=False):
     torch_hook = torch_psgd.batched_powerSGD_hook if batched else torch_psgd.powerSGD_hook
     ours_hook = td_psgd.batched_powerSGD_hook if batched else td_psgd.powerSGD_hook
     kind = "batched_powersgd" if batched else "powersgd"
-    return (lambda ddp: (ddp.register_comm_hook(s := torch_psgd.PowerSGDState(None, **opts), torch_hook), s)[1],
-            lambda ddp: (ddp.register_comm_hook(s := td_psgd.PowerSGDState(None, **opts), ours_hook), s)[1],
+    return (lambda ddp: (ddp.register_comm_hook(s := torch_psgd.PowerSGDState(ddp.process_group, **opts), torch_hook), s)[1],
+            lambda ddp: (ddp.register_comm_hook(s := td_psgd.PowerSGDState(ddp.process_group, **opts), ours_hook), s)[1],
             lambda ddp: td_hooks.register(ddp, kind, **opts))
 
 
@@ -147,11 +198,11 @@ EDGE = {
                                  _psgd_pair(PSGD_OPTS), 0, {}),
     "no_sync_accumulation": (MixedNet, 32, 10, {}, _psgd_pair(PSGD_OPTS), 0, {"no_sync": True}),
     "grad_scaler_fp16": (MixedNet, 32, 10, {},
-                         (lambda ddp: ddp.register_comm_hook(None, torch_default.fp16_compress_hook),
-                          lambda ddp: ddp.register_comm_hook(None, td_default.fp16_compress_hook),
+                         (lambda ddp: ddp.register_comm_hook(ddp.process_group, torch_default.fp16_compress_hook),
+                          lambda ddp: ddp.register_comm_hook(ddp.process_group, td_default.fp16_compress_hook),
                           lambda ddp: td_hooks.register(ddp, "fp16")), 0, {"scaler": True}),
     "empty_bucket_allreduce": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
-                               (_no_hook, lambda ddp: ddp.register_comm_hook(None, td_default.allreduce_hook),
+                               (_no_hook, lambda ddp: ddp.register_comm_hook(ddp.process_group, td_default.allreduce_hook),
                                 lambda ddp: td_hooks.register(ddp, "allreduce")), 0, {}),
     "empty_bucket_powersgd": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
                               (_no_hook, _psgd_pair(PSGD_OPTS)[1], _psgd_pair(PSGD_OPTS)[2]), "psgd", {}),
@@ -162,10 +213,10 @@ EDGE = {
 EDGE_CASES = list(EDGE)
 
 
-def _edge_train(rank, model_fn, width, out, ddp_kwargs, install, loop):
+def _edge_train(rank, group, model_fn, width, out, ddp_kwargs, install, loop):
     torch.manual_seed(0)
     model = model_fn()
-    ddp = DDP(model, **ddp_kwargs)
+    ddp = DDP(model, process_group=group, **ddp_kwargs)
     install(ddp)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10) if loop.get("scaler") else None
@@ -188,10 +239,13 @@ def _edge_train(rank, model_fn, width, out, ddp_kwargs, install, loop):
 
 
 def edge_worker(rank: int, world_size: int) -> dict:
+    # gloo: torch's PowerSGD hook waits for a collective inside a future callback, which deadlocks on a backend
+    # that runs callbacks on its only worker thread (`tuned`).
+    gloo = dist.new_group(backend="gloo")
     results = {}
     for name, (model_fn, width, out, kwargs, (ref, dropin, native), tol, loop) in EDGE.items():
         try:
-            entry = {label: _edge_train(rank, model_fn, width, out, kwargs, install, loop)
+            entry = {label: _edge_train(rank, gloo, model_fn, width, out, kwargs, install, loop)
                      for label, install in (("reference", ref), ("dropin", dropin), ("native", native))}
             # "psgd" against DDP without a hook: PowerSGD only matches it up to compression (here: all tensors
             # in these models are vectors or below the threshold, so only the rounding of sum/size differs).

@@ -22,18 +22,27 @@ from dist_utils import launch
 import hooks_state_workers as w
 
 LAUNCH_TIMEOUT_S = 300.0
-RESUME_CONFIGS = [pytest.param(True, id="warm"), pytest.param(False, id="cold")]
 
 
-@pytest.mark.parametrize("warm", RESUME_CONFIGS)
-@pytest.mark.parametrize("how", ["state_dict", "pickle"])
-def test_resumed_run_equals_uninterrupted(tmp_path, how, warm):
-    straight = launch(2, w.resume_first_half, str(tmp_path), how, warm, timeout_s=LAUNCH_TIMEOUT_S)
-    resumed = launch(2, w.resume_second_half, str(tmp_path), how, warm, timeout_s=LAUNCH_TIMEOUT_S)
+@functools.lru_cache(maxsize=None)
+def _resume_runs():
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tunedist_hooks_resume_") as directory:
+        straight = launch(2, w.resume_first_half, directory, timeout_s=LAUNCH_TIMEOUT_S)
+        resumed = launch(2, w.resume_second_half, directory, timeout_s=LAUNCH_TIMEOUT_S)
+    return straight, resumed
+
+
+@pytest.mark.parametrize("how,warm", w.RESUME_CONFIGS, ids=[f"{h}-{'warm' if x else 'cold'}" for h, x in
+                                                             w.RESUME_CONFIGS])
+def test_resumed_run_equals_uninterrupted(how, warm):
+    straight, resumed = _resume_runs()
     for rank in range(2):
-        assert resumed[rank]["iter"] == straight[rank]["iter"] == 20
-        for key, value in straight[rank]["params"].items():
-            got = resumed[rank]["params"][key]
+        a, b = straight[rank][(how, warm)], resumed[rank][(how, warm)]
+        assert b["iter"] == a["iter"] == 20
+        for key, value in a["params"].items():
+            got = b["params"][key]
             assert torch.equal(got, value), f"rank {rank}, {key}: max diff {(got - value).abs().max().item():.3g}"
 
 
