@@ -148,14 +148,15 @@ class BiasOnly(nn.Module):
 
 
 class Small(nn.Module):
-    """Tensors smaller than the rank (3x40, 2x40 at rank 4) plus one layer used before it is registered."""
+    """Tensors smaller than the rank (3x40, 2x40 at rank 4), a layer used before it is registered (so DDP's rebuilt
+    buckets differ from its first ones), optionally a layer forward never uses."""
 
-    def __init__(self):
+    def __init__(self, with_unused: bool = False):
         super().__init__()
         self.late = nn.Linear(40, 3)
         self.early = nn.Linear(10, 40)
         self.tiny = nn.Linear(40, 2)
-        self.unused = nn.Linear(3, 3)
+        self.unused = nn.Linear(3, 3) if with_unused else None
 
     def forward(self, x):
         h = torch.tanh(self.early(x))
@@ -191,9 +192,14 @@ SMALL_OPTS = dict(matrix_approximation_rank=4, start_powerSGD_iter=2, min_compre
 # name -> (model, width, out, ddp kwargs, (reference, dropin, native), rtol/atol, loop options)
 EDGE = {
     "bias_only_powersgd": (BiasOnly, 10, 10, {}, _psgd_pair(PSGD_OPTS), 0, {}),
-    "small_tensors_qr": (Small, 10, 10, {"find_unused_parameters": True}, _psgd_pair(SMALL_OPTS), 0, {}),
-    "rebuild_many_buckets": (Small, 10, 10, {"bucket_cap_mb": 0.001, "find_unused_parameters": True},
-                             _psgd_pair(SMALL_OPTS), 0, {}),
+    "small_tensors_qr": (Small, 10, 10, {}, _psgd_pair(SMALL_OPTS), 0, {}),
+    "rebuild_many_buckets": (Small, 10, 10, {"bucket_cap_mb": 0.001}, _psgd_pair(SMALL_OPTS), 0, {}),
+    # torch's PowerSGD issues its P/Q allreduces from future callbacks, which races with DDP's own collectives
+    # under find_unused_parameters (gloo reports a collective mismatch), so the fp16 hook is the reference here.
+    "find_unused_fp16": (lambda: Small(with_unused=True), 10, 10, {"find_unused_parameters": True},
+                         (lambda ddp: ddp.register_comm_hook(ddp.process_group, torch_default.fp16_compress_hook),
+                          lambda ddp: ddp.register_comm_hook(ddp.process_group, td_default.fp16_compress_hook),
+                          lambda ddp: td_hooks.register(ddp, "fp16")), 0, {}),
     "bucket_view_static_graph": (MixedNet, 32, 10, {"gradient_as_bucket_view": True, "static_graph": True},
                                  _psgd_pair(PSGD_OPTS), 0, {}),
     "no_sync_accumulation": (MixedNet, 32, 10, {}, _psgd_pair(PSGD_OPTS), 0, {"no_sync": True}),
