@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import tunedist.hooks as td_hooks
 from tunedist.hooks import default as td_default
 from tunedist.hooks import powerSGD as td_psgd
-from hooks_workers import MixedNet, batch, train
+from hooks_workers import MixedNet, batch, corrected_batched_powerSGD_hook, train
 
 PSGD_OPTS = dict(matrix_approximation_rank=2, start_powerSGD_iter=2, random_seed=11)
 
@@ -213,8 +213,10 @@ EDGE = {
     "empty_bucket_powersgd": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
                               (_no_hook, _psgd_pair(PSGD_OPTS)[1], _psgd_pair(PSGD_OPTS)[2]), "psgd", {}),
     "empty_bucket_batched": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
-                             (_no_hook, _psgd_pair(PSGD_OPTS, True)[1], _psgd_pair(PSGD_OPTS, True)[2]), "psgd",
-                             {}),
+                             (lambda ddp: ddp.register_comm_hook(
+                                 s := torch_psgd.PowerSGDState(ddp.process_group, **PSGD_OPTS),
+                                 corrected_batched_powerSGD_hook),
+                              _psgd_pair(PSGD_OPTS, True)[1], _psgd_pair(PSGD_OPTS, True)[2]), 0, {}),
 }
 EDGE_CASES = list(EDGE)
 

@@ -75,6 +75,11 @@ def corrected_batched_powerSGD_hook(state, bucket):
         state.maybe_increase_iter(bucket)
         return torch_default._allreduce_fut(group, input_tensor)
     total_length = input_tensor.shape[0]
+    if total_length == 0:  # an empty bucket: nothing to compress (torch's cannot orthogonalise a 0 x r matrix)
+        state.maybe_increase_iter(bucket)
+        fut = torch.futures.Future()
+        fut.set_result(input_tensor)
+        return fut
     state.total_numel_before_compression += total_length
     side = math.ceil(math.sqrt(total_length))
     state.total_numel_after_compression += side * state.matrix_approximation_rank * 2
