@@ -84,16 +84,10 @@ at::Tensor finish(PowerSgdState& state, int64_t index, bool isLast, int worldSiz
 
 FuturePtr runBatchedPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const GroupPtr& group,
                              c10d::GradBucket& bucket) {
-  TORCH_CHECK(statePtr, kOp, ": the state is None; pass a tunedist.hooks.powerSGD.PowerSGDState");
-  TORCH_CHECK(group, kOp, ": no process group");
+  std::unique_lock<std::mutex> lock;
+  if (FuturePtr uncompressed = startPowerSgd(statePtr, group, bucket, lock, kOp)) return uncompressed;
   PowerSgdState& state = *statePtr;
-  std::unique_lock<std::mutex> lock(state.mutex);
   at::Tensor input = bucket.getBufferRef();
-  if (state.iter < state.options.startPowerSgdIter) {
-    state.maybeIncreaseIter(bucket.isLast());
-    lock.unlock();
-    return allreduceMean(group, input);
-  }
   const int64_t index = static_cast<int64_t>(bucket.getIndex());
   if (input.numel() == 0) {
     state.maybeIncreaseIter(bucket.isLast());

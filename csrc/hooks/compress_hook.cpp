@@ -1,8 +1,8 @@
 // fp16_compress_hook / bf16_compress_hook: one hook, parametrised by the low-precision dtype. Steps:
-// 1. compress: half(bucket) / size in one fused pass. CPU float32 buckets are compressed in place, into the first
+// 1. compress: half(bucket) / size. CPU float32 buckets are compressed in place, into the first
 //    half of the bucket's own bytes (no extra memory); others go to a pooled buffer;
 // 2. allreduce (sum) the half-size tensor;
-// 3. decompress into the bucket (one pass); a pooled buffer goes back to the pool.
+// 3. decompress into the bucket; a pooled buffer goes back to the pool.
 #include <ATen/core/jit_type.h>
 
 #include <algorithm>

@@ -47,6 +47,11 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs);
 // the error buffer then holds a copy of input, so step 2 (error -= decompressed input) leaves copy - result.
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op);
 
+// The start of both PowerSGD hooks: checks the arguments and takes the state's lock. Before start_powerSGD_iter
+// it counts the step, releases the lock and returns allreduce_hook's future; otherwise it returns null, lock held.
+FuturePtr startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
+                        c10d::GradBucket& bucket, std::unique_lock<std::mutex>& lock, const char* op);
+
 // Rank of this process in `group`, for error messages.
 int groupRank(const GroupPtr& group);
 

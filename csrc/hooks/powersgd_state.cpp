@@ -65,6 +65,17 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs) {
   }
 }
 
+FuturePtr startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
+                        c10d::GradBucket& bucket, std::unique_lock<std::mutex>& lock, const char* op) {
+  TORCH_CHECK(state, op, ": the state is None; pass a tunedist.hooks.powerSGD.PowerSGDState");
+  TORCH_CHECK(group, op, ": no process group");
+  lock = std::unique_lock<std::mutex>(state->mutex);
+  if (state->iter >= state->options.startPowerSgdIter) return {};
+  state->maybeIncreaseIter(bucket.isLast());
+  lock.unlock();
+  return allreduceMean(group, bucket.getBufferRef());
+}
+
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op) {
   auto it = state.errorDict.find(bucketIndex);
   if (it == state.errorDict.end()) {

@@ -1,9 +1,9 @@
 // Compression kernels of tunedist's DDP communication hooks, usable on their own from LibTorch (no DDP needed).
 //
 //   at::Tensor half = at::empty({grad.numel()}, grad.options().dtype(at::kHalf));
-//   tunedist::hooks::compressInto(half, grad, worldSize);   // half = half(grad) / worldSize, one pass
+//   tunedist::hooks::compressInto(half, grad, worldSize);   // half = half(grad) / worldSize
 //   backend->allreduce(...);                                 // sum the compressed gradients
-//   tunedist::hooks::decompressInto(grad, half);             // back to fp32, one pass
+//   tunedist::hooks::decompressInto(grad, half);             // back to fp32
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,10 +14,10 @@ namespace tunedist::hooks {
 
 // dst = to(src, dst.dtype) / divisor, rounded exactly as torch's `src.to(dtype).div_(divisor)` (cast first, then
 // divide in the low precision). dst: fp16 or bf16, contiguous, same numel and device as src; src: fp32
-// contiguous. On CPU one fused pass; other devices use ATen ops.
+// contiguous.
 void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor);
 
-// dst.copy_(src) for a low-precision src into a wider dst (one pass on CPU).
+// dst.copy_(src) for a low-precision src into a wider dst.
 void decompressInto(at::Tensor& dst, const at::Tensor& src);
 
 // In place, no second buffer: writes to(buffer, dtype) / divisor into the first half of `buffer`'s own bytes and

@@ -2,7 +2,7 @@
 
 ``ddp.register_comm_hook(process_group, fp16_compress_hook)`` works as with torch's module: same names, same
 signatures, same results; the whole bucket is handled by one C++ call (compression, division and decompression are
-single fused passes on CPU). ``state`` is the process group, ``None`` meaning the default group, as in torch.
+in place in the bucket on CPU: no second buffer). ``state`` is the process group, ``None`` meaning the default group, as in torch.
 """
 
 
@@ -39,7 +39,7 @@ def allreduce_hook(process_group: dist.ProcessGroup, bucket: dist.GradBucket) ->
 
 def fp16_compress_hook(process_group: dist.ProcessGroup,
                        bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Cast to float16 and divide by the group size (one pass), allreduce, cast back into the bucket."""
+    """Cast to float16 and divide by the group size (in place), allreduce, cast back into the bucket."""
     return _hooks.run_compress(_group(process_group), bucket, "fp16").then(_value)
 
 
