@@ -1,5 +1,5 @@
 // The Python module tunedist._C: the backend creator handed to torch.distributed.Backend.register_backend, plus
-// build facts and the benchmark's copy-bandwidth probe. The only binding file; everything else is plain C++.
+// build facts and the benchmark's copy-bandwidth probe. The DDP hooks' bindings are in hooks_bindings.cpp.
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "python/hooks_bindings.h"
 #include "tunedist/tunedist.h"
 #include "shm/kernels/reduce.h"
 
@@ -111,4 +112,5 @@ PYBIND11_MODULE(_C, m) {
         return nccl ? py::cast(nccl) : py::none();
       },
       py::arg("backend"), "The ProcessGroupNCCL behind a `tuned` backend's CUDA calls, or None before the first.");
+  tunedist::bindHooks(m);
 }

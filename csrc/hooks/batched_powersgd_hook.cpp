@@ -1,0 +1,118 @@
+// batched_powerSGD_hook: PowerSGD on the whole bucket viewed as one square matrix, torch's algorithm
+// (powerSGD_hook.py) with its orthogonalisation given the 3-D (1, s, r) view it expects (torch's own hook passes
+// the 2-D matrix and fails on its first compressed step). Steps, after start_powerSGD_iter:
+//  1. s = ceil(sqrt(length)); the bucket, zero-padded to s*s, goes into a reused padded buffer;
+//  2. error feedback on the padded buffer (addErrorFeedback);
+//  3. Q (s, r): warm start keeps last step's, otherwise a seeded standard normal; orthogonalise Q;
+//  4. P = M Q; allreduce P (issued and awaited on this thread); orthogonalise P; Q = M^T P; allreduce Q;
+//  5. when Q is done: Q /= size; M = P Q^T; error = remembered sum - M; the bucket gets M's first `length` values.
+// Unlike torch, r is capped at s (torch's assertion fails for rank > s) and orthogonalization_epsilon applies.
+#include <ATen/core/jit_type.h>
+
+#include <cmath>
+
+#include "hooks/hook_common.h"
+
+namespace tunedist::hooks {
+namespace {
+
+constexpr const char* kOp = "tunedist.hooks.batched_powerSGD_hook";
+
+struct Step {
+  at::Tensor input;
+  at::Tensor padded;
+  at::Tensor matrix;
+  at::Tensor p;
+  at::Tensor q;
+};
+
+// Steps 1-3 (caller holds the mutex).
+Step prepare(PowerSgdState& state, int64_t index, const at::Tensor& input) {
+  const int64_t length = input.numel();
+  const auto side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(length))));
+  state.totalNumelBeforeCompression += length;
+  state.totalNumelAfterCompression += side * state.options.matrixApproximationRank * 2;
+  PowerSgdWorkspace& ws = state.workspaces[index];
+  if (!ws.padded.defined() || ws.padded.numel() != side * side || ws.padded.scalar_type() != input.scalar_type() ||
+      ws.padded.device() != input.device()) {
+    ws.padded = at::empty({side * side}, input.options());
+  }
+  Step step{input, ws.padded, ws.padded.view({side, side}), {}, {}};
+  step.padded.narrow(0, 0, length).copy_(input);
+  step.padded.narrow(0, length, side * side - length).zero_();
+  if (state.options.useErrorFeedback) addErrorFeedback(state, index, step.padded, kOp);
+
+  const int64_t rank = std::min(state.options.matrixApproximationRank, side);
+  const bool warm = state.options.warmStart;
+  if (!warm || !state.pMemoryDict.count(index)) {
+    auto& p = warm ? state.pMemoryDict[index] : ws.p;
+    auto& q = warm ? state.qMemoryDict[index] : ws.q;
+    if (warm || !p.defined() || p.sizes() != at::IntArrayRef{side, rank} || p.scalar_type() != input.scalar_type()) {
+      p = at::empty({side, rank}, input.options());
+      q = at::empty({side, rank}, input.options());
+    }
+    std::vector<at::Tensor> qs{q};
+    fillQsWithNormal(state, qs);
+    state.pMemoryDict[index] = p;
+    state.qMemoryDict[index] = q;
+  }
+  step.p = state.pMemoryDict[index];
+  step.q = state.qMemoryDict[index];
+  TORCH_CHECK(step.p.size(0) == side && step.q.size(0) == side, kOp, ": the warm-start memories of bucket ", index,
+              " are ", step.p.size(0), " rows but the bucket needs ", side,
+              " (the buckets changed since they were made or loaded)");
+  at::Tensor q3 = step.q.unsqueeze(0);
+  orthogonalize(q3, state.options.orthogonalizationEpsilon);
+  return step;
+}
+
+at::Tensor finish(PowerSgdState& state, int64_t index, bool isLast, int worldSize, Step& step) {
+  step.q.div_(worldSize);
+  at::mm_out(step.matrix, step.p, step.q.t());
+  std::lock_guard<std::mutex> guard(state.mutex);
+  if (state.options.useErrorFeedback) state.errorDict[index].sub_(step.padded);
+  if (!state.options.warmStart) {
+    state.pMemoryDict.clear();
+    state.qMemoryDict.clear();
+  }
+  step.input.copy_(step.padded.narrow(0, 0, step.input.numel()));
+  state.maybeIncreaseIter(isLast);
+  return step.input;
+}
+
+}  // namespace
+
+FuturePtr runBatchedPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const GroupPtr& group,
+                             c10d::GradBucket& bucket) {
+  std::unique_lock<std::mutex> lock;
+  if (FuturePtr uncompressed = startPowerSgd(statePtr, group, bucket, lock, kOp)) return uncompressed;
+  PowerSgdState& state = *statePtr;
+  at::Tensor input = bucket.getBufferRef();
+  const int64_t index = static_cast<int64_t>(bucket.getIndex());
+  if (input.numel() == 0) {
+    state.maybeIncreaseIter(bucket.isLast());
+    return completedFuture(input);
+  }
+  auto step = std::make_shared<Step>(prepare(state, index, input));
+  state.reportCompressionStats(bucket);
+  lock.unlock();
+
+  at::mm_out(step->p, step->matrix, step->q);
+  FuturePtr pFut = allreduceSum(group, step->p);
+  pFut->wait();
+  TORCH_CHECK(!pFut->hasError(), kOp, ": rank ", groupRank(group), ": allreduce of P failed: ",
+              pFut->tryRetrieveErrorMessage());
+  at::Tensor p3 = step->p.unsqueeze(0);
+  orthogonalize(p3, state.options.orthogonalizationEpsilon);
+  at::mm_out(step->q, step->matrix.t(), step->p);
+  const int worldSize = group->getSize();
+  return allreduceSum(group, step->q)
+      ->then(
+          [statePtr, step, index, isLast = bucket.isLast(), worldSize](c10::ivalue::Future& f) {
+            f.value();  // rethrows a failed allreduce
+            return c10::IValue(finish(*statePtr, index, isLast, worldSize, *step));
+          },
+          c10::TensorType::get());
+}
+
+}  // namespace tunedist::hooks

@@ -1,0 +1,253 @@
+// powerSGD_hook: layer-wise PowerSGD with torch's semantics (powerSGD_hook.py), in C++ for the whole bucket.
+//
+// Before start_powerSGD_iter: allreduce_hook. Afterwards, per bucket:
+//  1. error feedback: bucket += error; remember the sum (addErrorFeedback);
+//  2. classify each gradient, viewed as (n, m = numel / n): compressed iff (n + m) r * min_rate < n m
+//     (r = min(n, m, rank)); the others (all vectors) go, concatenated, into one uncompressed buffer;
+//  3. group compressed matrices by shape (first-seen order), optionally stacked into one batch per shape;
+//     P (B, n, r) and Q (B, m, r) are views into one P memory and one Q memory;
+//  4. Q: warm start orthogonalises last step's Q, otherwise a seeded standard normal, orthogonalised;
+//  5. P = M Q; allreduce the uncompressed buffer and the P memory (issued together, on this thread, so every
+//     rank issues collectives in the same order); wait for P;
+//  6. orthogonalise P; Q = M^T P; allreduce the Q memory;
+//  7. when both are done: uncompressed /= size and copied back; Q /= size; M = P Q^T written into the gradients
+//     (unstacked if batched); error = remembered sum - result; without warm start the memories are dropped.
+// The arithmetic is torch's op for op (same ATen calls on the same shapes), so parameters match bit for bit.
+#include <ATen/core/jit_type.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+
+#include "hooks/hook_common.h"
+
+namespace tunedist::hooks {
+namespace {
+
+constexpr const char* kOp = "tunedist.hooks.powerSGD_hook";
+
+struct Batch {
+  at::Tensor matrix;                   // (B, n, m): a view of one gradient, or the stacked gradients
+  std::vector<at::Tensor> originals;   // the gradients behind a stacked batch (empty when not stacked)
+  at::Tensor p;
+  at::Tensor q;
+};
+
+struct Plan {
+  std::vector<at::Tensor> uncompressed;
+  // Compressed 2-D matrices grouped by shape, shapes in first-seen order.
+  std::vector<std::vector<at::Tensor>> groups;
+  int64_t totalPs = 0;
+  int64_t totalQs = 0;
+};
+
+int64_t rankFor(const PowerSgdState& state, int64_t n, int64_t m) {
+  return std::min({n, m, state.options.matrixApproximationRank});
+}
+
+// Step 2 (+ statistics). 0-d and empty gradients are left uncompressed (torch's hook cannot view them).
+Plan planCompression(PowerSgdState& state, const std::vector<at::Tensor>& grads) {
+  Plan plan;
+  std::map<std::vector<int64_t>, size_t> groupOf;
+  for (const auto& t : grads) {
+    const int64_t n = t.dim() == 0 ? 1 : t.size(0);
+    const int64_t m = n == 0 ? 0 : t.numel() / n;
+    const int64_t r = rankFor(state, n, m);
+    state.totalNumelBeforeCompression += n * m;
+    if (t.numel() == 0 || !shouldCompress(n, m, r, state.options.minCompressionRate)) {
+      plan.uncompressed.push_back(t);
+      state.totalNumelAfterCompression += n * m;
+      continue;
+    }
+    state.totalNumelAfterCompression += (n + m) * r;
+    plan.totalPs += n * r;
+    plan.totalQs += m * r;
+    at::Tensor matrix = t.view({n, m});
+    auto [it, fresh] = groupOf.emplace(std::vector<int64_t>{n, m}, plan.groups.size());
+    if (fresh) plan.groups.emplace_back();
+    plan.groups[it->second].push_back(matrix);
+  }
+  return plan;
+}
+
+at::Tensor reuse(at::Tensor& slot, at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (!slot.defined() || slot.sizes() != sizes || slot.scalar_type() != options.dtype().toScalarType() ||
+      slot.device() != options.device()) {
+    slot = at::empty(sizes, options);
+  }
+  return slot;
+}
+
+at::Tensor packUncompressed(PowerSgdWorkspace& ws, const std::vector<at::Tensor>& tensors,
+                            const at::TensorOptions& options) {
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  at::Tensor memory = reuse(ws.uncompressed, {total}, options);
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    memory.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
+    offset += t.numel();
+  }
+  return memory;
+}
+
+// Step 4's memory: the dict entries (warm start) or the workspace. Returns whether Q must be drawn afresh.
+bool prepareMemories(PowerSgdState& state, PowerSgdWorkspace& ws, int64_t index, const Plan& plan,
+                     const at::TensorOptions& options) {
+  const bool warm = state.options.warmStart;
+  if (warm && state.pMemoryDict.count(index)) {
+    TORCH_CHECK(state.pMemoryDict[index].numel() == plan.totalPs && state.qMemoryDict[index].numel() == plan.totalQs,
+                kOp, ": the warm-start memories of bucket ", index, " do not fit its gradients (the buckets changed "
+                "since they were made or loaded; restore the state into the same model configuration)");
+    return false;
+  }
+  state.pMemoryDict[index] = warm ? at::empty({plan.totalPs}, options) : reuse(ws.p, {plan.totalPs}, options);
+  state.qMemoryDict[index] = warm ? at::empty({plan.totalQs}, options) : reuse(ws.q, {plan.totalQs}, options);
+  return true;
+}
+
+// Step 3: batches with their P/Q views, in torch's order.
+std::vector<Batch> makeBatches(PowerSgdState& state, PowerSgdWorkspace& ws, Plan& plan, const at::Tensor& pMemory,
+                               const at::Tensor& qMemory) {
+  std::vector<Batch> batches;
+  size_t stackSlot = 0;
+  for (auto& group : plan.groups) {
+    if (state.options.batchTensorsWithSameShape && group.size() > 1) {
+      if (ws.stacked.size() <= stackSlot) ws.stacked.resize(stackSlot + 1);
+      const int64_t b = static_cast<int64_t>(group.size());
+      at::Tensor stacked = reuse(ws.stacked[stackSlot++], {b, group[0].size(0), group[0].size(1)},
+                                 group[0].options());
+      at::stack_out(stacked, group);
+      batches.push_back({stacked, group, {}, {}});
+    } else {
+      for (auto& t : group) batches.push_back({t.unsqueeze(0), {}, {}, {}});
+    }
+  }
+  int64_t pOffset = 0;
+  int64_t qOffset = 0;
+  for (auto& batch : batches) {
+    const int64_t b = batch.matrix.size(0), n = batch.matrix.size(1), m = batch.matrix.size(2);
+    const int64_t r = rankFor(state, n, m);
+    batch.p = pMemory.narrow(0, pOffset, b * n * r).view({b, n, r});
+    batch.q = qMemory.narrow(0, qOffset, b * m * r).view({b, m, r});
+    pOffset += b * n * r;
+    qOffset += b * m * r;
+  }
+  return batches;
+}
+
+void initQs(PowerSgdState& state, std::vector<Batch>& batches, bool randomize) {
+  std::vector<at::Tensor> qs;
+  for (auto& batch : batches) qs.push_back(batch.q);
+  if (randomize) fillQsWithNormal(state, qs);
+  for (auto& q : qs) orthogonalize(q, state.options.orthogonalizationEpsilon);
+}
+
+// Step 7 (called when the uncompressed and Q allreduces are done).
+at::Tensor decompress(PowerSgdState& state, int64_t index, bool isLast, int worldSize, at::Tensor input,
+                      const at::Tensor& uncompressedMemory, const std::vector<at::Tensor>& uncompressed,
+                      std::vector<Batch>& batches, const at::Tensor& qMemory) {
+  uncompressedMemory.div_(worldSize);
+  int64_t offset = 0;
+  for (const auto& t : uncompressed) {
+    t.copy_(uncompressedMemory.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+  qMemory.div_(worldSize);
+  for (auto& batch : batches) {
+    at::bmm_out(batch.matrix, batch.p, batch.q.transpose(1, 2));
+    for (size_t i = 0; i < batch.originals.size(); ++i) batch.originals[i].copy_(batch.matrix[i]);
+  }
+  std::lock_guard<std::mutex> guard(state.mutex);
+  if (state.options.useErrorFeedback) state.errorDict[index].sub_(input);
+  if (!state.options.warmStart) {
+    state.pMemoryDict.clear();
+    state.qMemoryDict.clear();
+  }
+  state.maybeIncreaseIter(isLast);
+  return input;
+}
+
+// A future completed with fn() once both `a` and `b` are done, or with the first error (no thread blocks).
+FuturePtr whenBoth(const FuturePtr& a, const FuturePtr& b, std::function<at::Tensor()> fn) {
+  auto result = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+  auto remaining = std::make_shared<std::atomic<int>>(2);
+  auto onDone = [a, b, result, remaining, fn = std::move(fn)](c10::ivalue::Future&) {
+    if (remaining->fetch_sub(1) != 1) return;
+    try {
+      a->value();  // rethrows a failed allreduce
+      b->value();
+      result->markCompleted(c10::IValue(fn()));
+    } catch (...) {
+      result->setError(std::current_exception());
+    }
+  };
+  a->addCallback(onDone);
+  b->addCallback(onDone);
+  return result;
+}
+
+class PowerSgdCommHook : public TensorResultHook {
+ public:
+  PowerSgdCommHook(GroupPtr group, std::shared_ptr<PowerSgdState> state, bool batched)
+      : group_(std::move(group)), state_(std::move(state)), batched_(batched) {}
+  FuturePtr runHook(c10d::GradBucket& bucket) override {
+    return batched_ ? runBatchedPowerSgd(state_, group_, bucket) : runPowerSgd(state_, group_, bucket);
+  }
+
+ private:
+  GroupPtr group_;
+  std::shared_ptr<PowerSgdState> state_;
+  bool batched_;
+};
+
+}  // namespace
+
+FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const GroupPtr& group,
+                      c10d::GradBucket& bucket) {
+  std::unique_lock<std::mutex> lock;
+  if (FuturePtr uncompressed = startPowerSgd(statePtr, group, bucket, lock, kOp)) return uncompressed;
+  PowerSgdState& state = *statePtr;
+  at::Tensor input = bucket.getBufferRef();
+  const int64_t index = static_cast<int64_t>(bucket.getIndex());
+  if (state.options.useErrorFeedback) addErrorFeedback(state, index, input, kOp);
+  Plan plan = planCompression(state, bucket.getGradients());
+  state.reportCompressionStats(bucket);
+  PowerSgdWorkspace& ws = state.workspaces[index];
+  at::Tensor uncompressedMemory = packUncompressed(ws, plan.uncompressed, input.options());
+  const bool randomize = prepareMemories(state, ws, index, plan, input.options());
+  at::Tensor pMemory = state.pMemoryDict[index];
+  at::Tensor qMemory = state.qMemoryDict[index];
+  auto batches = std::make_shared<std::vector<Batch>>(makeBatches(state, ws, plan, pMemory, qMemory));
+  initQs(state, *batches, randomize);
+  lock.unlock();
+
+  for (auto& b : *batches) at::bmm_out(b.p, b.matrix, b.q);
+  FuturePtr uncompressedFut = allreduceSum(group, uncompressedMemory);
+  FuturePtr pFut = allreduceSum(group, pMemory);
+  pFut->wait();
+  TORCH_CHECK(!pFut->hasError(), kOp, ": rank ", groupRank(group), ": allreduce of P failed: ",
+              pFut->tryRetrieveErrorMessage());
+  for (auto& b : *batches) {
+    orthogonalize(b.p, state.options.orthogonalizationEpsilon);
+    at::bmm_out(b.q, b.matrix.transpose(1, 2), b.p);
+  }
+  FuturePtr qFut = allreduceSum(group, qMemory);
+
+  const int worldSize = group->getSize();
+  return whenBoth(uncompressedFut, qFut,
+                  [statePtr, worldSize, input, uncompressedMemory, batches, qMemory,
+                   uncompressed = std::move(plan.uncompressed), isLast = bucket.isLast(), index]() {
+                    return decompress(*statePtr, index, isLast, worldSize, input, uncompressedMemory, uncompressed,
+                                      *batches, qMemory);
+                  });
+}
+
+std::unique_ptr<c10d::CommHookInterface> makePowerSgdHook(GroupPtr group, std::shared_ptr<PowerSgdState> state,
+                                                          bool batched) {
+  TORCH_CHECK(group, "tunedist.hooks.register: PowerSGD needs a process group");
+  TORCH_CHECK(state, "tunedist.hooks.register: PowerSGD needs a state");
+  return std::make_unique<PowerSgdCommHook>(std::move(group), std::move(state), batched);
+}
+
+}  // namespace tunedist::hooks

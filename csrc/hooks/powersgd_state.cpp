@@ -1,0 +1,95 @@
+// PowerSgdState and the helpers both PowerSGD hooks share; see tunedist/hooks/powersgd_state.h.
+#include "tunedist/hooks/powersgd_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
+#include "hooks/hook_common.h"
+
+namespace tunedist::hooks {
+namespace {
+
+// torch's hook draws each step's Q seed as rng.randint(1_000_000_000).
+constexpr int64_t kSeedBound = 1'000'000'000;
+
+int64_t tensorBytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
+}  // namespace
+
+PowerSgdState::PowerSgdState(const PowerSgdOptions& opts) : options(opts), rng(opts.randomSeed) {
+  TORCH_CHECK_VALUE(!((opts.useErrorFeedback || opts.warmStart) && opts.startPowerSgdIter <= 1),
+                    "Expect `start_powerSGD_iter` > 1 if `use_error_feedback` or `warm_start` is enabled, because "
+                    "PowerSGD can only be applied after the first two iterations in DDP.");
+  TORCH_CHECK_VALUE(opts.matrixApproximationRank >= 1, "PowerSGDState: matrix_approximation_rank must be >= 1, got ",
+                    opts.matrixApproximationRank);
+  options.compressionStatsLoggingFrequency = std::max<int64_t>(1, opts.compressionStatsLoggingFrequency);
+}
+
+std::tuple<double, int64_t, int64_t> PowerSgdState::compressionStats() const {
+  const double rate = totalNumelAfterCompression > 0
+                          ? static_cast<double>(totalNumelBeforeCompression) / totalNumelAfterCompression
+                          : 0.0;
+  return {rate, totalNumelBeforeCompression, totalNumelAfterCompression};
+}
+
+void PowerSgdState::maybeIncreaseIter(bool isLast) {
+  if (isLast) ++iter;
+  if (iter == options.startPowerSgdIter) LOG(INFO) << "Start to apply PowerSGD after " << iter << " iterations.";
+}
+
+void PowerSgdState::reportCompressionStats(const c10d::GradBucket& bucket) {
+  if (!bucket.isLast() || iter < nextStatsReport) return;
+  auto [rate, before, after] = compressionStats();
+  LOG(INFO) << "Compression stats: iter " << iter << ", total before compression " << before
+            << ", total after compression " << after << ", rate " << rate;
+  nextStatsReport = iter + options.compressionStatsLoggingFrequency;
+}
+
+int64_t PowerSgdState::workspaceBytes() {
+  std::lock_guard<std::mutex> guard(mutex);
+  int64_t total = 0;
+  for (auto& [index, ws] : workspaces) {
+    total += tensorBytes(ws.uncompressed) + tensorBytes(ws.padded) + tensorBytes(ws.p) + tensorBytes(ws.q);
+    for (auto& t : ws.stacked) total += tensorBytes(t);
+  }
+  return total;
+}
+
+void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs) {
+  const auto seed = static_cast<uint64_t>(state.rng.randint(kSeedBound));
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  for (auto& q : qs) {
+    at::Tensor drawn = at::randn(q.sizes(), gen, at::TensorOptions().dtype(q.scalar_type()).device(at::kCPU));
+    q.copy_(drawn);
+  }
+}
+
+FuturePtr startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
+                        c10d::GradBucket& bucket, std::unique_lock<std::mutex>& lock, const char* op) {
+  TORCH_CHECK(state, op, ": the state is None; pass a tunedist.hooks.powerSGD.PowerSGDState");
+  TORCH_CHECK(group, op, ": no process group");
+  lock = std::unique_lock<std::mutex>(state->mutex);
+  if (state->iter >= state->options.startPowerSgdIter) return {};
+  state->maybeIncreaseIter(bucket.isLast());
+  lock.unlock();
+  return allreduceMean(group, bucket.getBufferRef());
+}
+
+void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op) {
+  auto it = state.errorDict.find(bucketIndex);
+  if (it == state.errorDict.end()) {
+    it = state.errorDict.emplace(bucketIndex, at::empty_like(input)).first;
+  } else {
+    TORCH_CHECK(it->second.numel() == input.numel() && it->second.scalar_type() == input.scalar_type(), op,
+                ": the error-feedback tensor of bucket ", bucketIndex, " has ", it->second.numel(), " elements of ",
+                it->second.scalar_type(), " but the bucket has ", input.numel(), " of ", input.scalar_type(),
+                ". The buckets changed since the state was saved (another model, bucket_cap_mb or parameter "
+                "order?); start PowerSGD after DDP's bucket rebuild (start_powerSGD_iter >= 2) and restore the "
+                "state into the same model configuration.");
+    input.add_(it->second);
+  }
+  it->second.copy_(input);
+}
+
+}  // namespace tunedist::hooks

@@ -1,0 +1,172 @@
+// Python bindings of the DDP communication hooks (tunedist._C._hooks): the functions the drop-in modules call per
+// bucket, the native installation on a DDP Reducer, the PowerSGD state, and the kernels and generator for tests.
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <array>
+
+#include "python/hooks_bindings.h"
+#include "tunedist/hooks/hooks.h"
+
+namespace py = pybind11;
+
+namespace tunedist::hooks {
+namespace {
+
+using State = PowerSgdState;
+using StatePtr = std::shared_ptr<State>;
+using PyFuture = std::shared_ptr<torch::jit::PythonFutureWrapper>;
+
+PyFuture wrap(FuturePtr fut) { return std::make_shared<torch::jit::PythonFutureWrapper>(std::move(fut)); }
+
+at::ScalarType lowPrecision(const std::string& name, const char* op) {
+  if (name == "fp16") return at::kHalf;
+  TORCH_CHECK_VALUE(name == "bf16", op, ": unknown low precision '", name, "' (expected 'fp16' or 'bf16')");
+  return at::kBFloat16;
+}
+
+// Builds the C++ hook for `kind` and installs it on the reducer (Reducer::register_comm_hook refuses a second).
+void registerOnReducer(c10d::Reducer& reducer, const std::string& kind, const GroupPtr& group,
+                       const StatePtr& state, const std::string& wrapper) {
+  std::unique_ptr<c10d::CommHookInterface> hook;
+  if (kind == "allreduce") {
+    hook = makeAllreduceHook(group);
+  } else if (kind == "fp16" || kind == "bf16") {
+    hook = makeCompressHook(group, lowPrecision(kind, "tunedist.hooks.register"));
+  } else if (kind == "powersgd" || kind == "batched_powersgd") {
+    hook = makePowerSgdHook(group, state, kind == "batched_powersgd");
+  } else {
+    TORCH_CHECK_VALUE(false, "tunedist.hooks.register: unknown hook '", kind, "'");
+  }
+  if (!wrapper.empty()) hook = makeLowPrecisionWrapper(std::move(hook), lowPrecision(wrapper, "tunedist.hooks.register"));
+  reducer.register_comm_hook(std::move(hook));
+}
+
+template <typename T>
+void bindField(py::class_<State, StatePtr>& cls, const char* name, T State::*member) {
+  cls.def_property(
+      name,
+      [member](State& s) {
+        std::lock_guard<std::mutex> g(s.mutex);
+        return s.*member;
+      },
+      [member](State& s, T v) {
+        std::lock_guard<std::mutex> g(s.mutex);
+        s.*member = v;
+      });
+}
+
+template <typename Field>
+void bindOption(py::class_<State, StatePtr>& cls, const char* name, Field PowerSgdOptions::*field) {
+  cls.def_property(
+      name,
+      [field](State& s) {
+        std::lock_guard<std::mutex> g(s.mutex);
+        return s.options.*field;
+      },
+      [field](State& s, Field v) {
+        std::lock_guard<std::mutex> g(s.mutex);
+        s.options.*field = v;
+      });
+}
+
+void bindDict(py::class_<State, StatePtr>& cls, const char* name, std::map<int64_t, at::Tensor> State::*dict) {
+  cls.def_property(
+      name,
+      [dict](State& s) {
+        std::lock_guard<std::mutex> g(s.mutex);
+        return s.*dict;
+      },
+      [dict](State& s, std::map<int64_t, at::Tensor> v) {
+        std::lock_guard<std::mutex> g(s.mutex);
+        s.*dict = std::move(v);
+      });
+}
+
+void bindState(py::module& m) {
+  py::class_<State, StatePtr> cls(m, "PowerSGDStateCpp");
+  cls.def(py::init([](int64_t rank, int64_t startIter, double minRate, bool errorFeedback, bool warmStart,
+                      double epsilon, uint32_t seed, int64_t statsFrequency, bool batchSameShape) {
+            PowerSgdOptions o{rank, startIter, minRate, errorFeedback, warmStart, epsilon, seed, statsFrequency,
+                              batchSameShape};
+            return std::make_shared<State>(o);
+          }),
+          py::arg("matrix_approximation_rank"), py::arg("start_powerSGD_iter"), py::arg("min_compression_rate"),
+          py::arg("use_error_feedback"), py::arg("warm_start"), py::arg("orthogonalization_epsilon"),
+          py::arg("random_seed"), py::arg("compression_stats_logging_frequency"),
+          py::arg("batch_tensors_with_same_shape"));
+  bindOption(cls, "matrix_approximation_rank", &PowerSgdOptions::matrixApproximationRank);
+  bindOption(cls, "start_powerSGD_iter", &PowerSgdOptions::startPowerSgdIter);
+  bindOption(cls, "min_compression_rate", &PowerSgdOptions::minCompressionRate);
+  bindOption(cls, "use_error_feedback", &PowerSgdOptions::useErrorFeedback);
+  bindOption(cls, "warm_start", &PowerSgdOptions::warmStart);
+  bindOption(cls, "orthogonalization_epsilon", &PowerSgdOptions::orthogonalizationEpsilon);
+  bindOption(cls, "compression_stats_logging_frequency", &PowerSgdOptions::compressionStatsLoggingFrequency);
+  bindOption(cls, "batch_tensors_with_same_shape", &PowerSgdOptions::batchTensorsWithSameShape);
+  bindField(cls, "iter", &State::iter);
+  bindField(cls, "total_numel_before_compression", &State::totalNumelBeforeCompression);
+  bindField(cls, "total_numel_after_compression", &State::totalNumelAfterCompression);
+  bindField(cls, "next_stats_report", &State::nextStatsReport);
+  bindDict(cls, "error_dict", &State::errorDict);
+  bindDict(cls, "p_memory_dict", &State::pMemoryDict);
+  bindDict(cls, "q_memory_dict", &State::qMemoryDict);
+  cls.def_property(
+      "rng_state",
+      [](State& s) {
+        std::lock_guard<std::mutex> g(s.mutex);
+        return std::make_pair(std::vector<uint32_t>(s.rng.key().begin(), s.rng.key().end()), s.rng.pos());
+      },
+      [](State& s, const std::pair<std::vector<uint32_t>, int>& st) {
+        TORCH_CHECK_VALUE(st.first.size() == NumpyRandomState::kStateWords,
+                          "PowerSGDState: the random state needs 624 key words, got ", st.first.size());
+        std::array<uint32_t, NumpyRandomState::kStateWords> key{};
+        std::copy(st.first.begin(), st.first.end(), key.begin());
+        std::lock_guard<std::mutex> g(s.mutex);
+        s.rng.setState(key, st.second);
+      });
+  cls.def("compression_stats", [](State& s) {
+    std::lock_guard<std::mutex> g(s.mutex);
+    return s.compressionStats();
+  });
+  cls.def("workspace_bytes", &State::workspaceBytes);
+}
+
+void bindRandom(py::module& m) {
+  py::class_<NumpyRandomState>(m, "NumpyRandomState")
+      .def(py::init<uint32_t>(), py::arg("seed") = 0)
+      .def("seed", &NumpyRandomState::seed_)
+      .def("next_uint32", &NumpyRandomState::nextUint32)
+      .def("randint", &NumpyRandomState::randint, py::arg("high"));
+}
+
+}  // namespace
+}  // namespace tunedist::hooks
+
+void tunedist::bindHooks(py::module& parent) {
+  using namespace tunedist::hooks;
+  py::module m = parent.def_submodule("_hooks", "tunedist's DDP communication hooks (C++)");
+  bindState(m);
+  bindRandom(m);
+  const auto noGil = py::call_guard<py::gil_scoped_release>();
+  m.def("run_allreduce", [](const GroupPtr& g, c10d::GradBucket& b) { return wrap(allreduceMean(g, b.getBufferRef())); },
+        noGil);
+  m.def(
+      "run_compress",
+      [](const GroupPtr& g, c10d::GradBucket& b, const std::string& precision) {
+        return wrap(runCompressHook(g, b, lowPrecision(precision, "tunedist.hooks.default"), nullptr));
+      },
+      noGil);
+  m.def("run_powersgd", [](const StatePtr& s, const GroupPtr& g, c10d::GradBucket& b) { return wrap(runPowerSgd(s, g, b)); },
+        noGil);
+  m.def(
+      "run_batched_powersgd",
+      [](const StatePtr& s, const GroupPtr& g, c10d::GradBucket& b) { return wrap(runBatchedPowerSgd(s, g, b)); },
+      noGil);
+  m.def("register", &registerOnReducer, py::arg("reducer"), py::arg("kind"), py::arg("group"), py::arg("state"),
+        py::arg("wrapper"));
+  m.def("compress_into", [](at::Tensor dst, const at::Tensor& src, int64_t d) { compressInto(dst, src, d); });
+  m.def("decompress_into", [](at::Tensor dst, const at::Tensor& src) { decompressInto(dst, src); });
+  m.def("orthogonalize", [](at::Tensor t, double eps) { orthogonalize(t, eps); });
+}

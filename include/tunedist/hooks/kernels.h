@@ -1,0 +1,41 @@
+// Compression kernels of tunedist's DDP communication hooks, usable on their own from LibTorch (no DDP needed).
+//
+//   at::Tensor half = at::empty({grad.numel()}, grad.options().dtype(at::kHalf));
+//   tunedist::hooks::compressInto(half, grad, worldSize);   // half = half(grad) / worldSize
+//   backend->allreduce(...);                                 // sum the compressed gradients
+//   tunedist::hooks::decompressInto(grad, half);             // back to fp32
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace tunedist::hooks {
+
+// dst = to(src, dst.dtype) / divisor, rounded exactly as torch's `src.to(dtype).div_(divisor)` (cast first, then
+// divide in the low precision). dst: fp16 or bf16, contiguous, same numel and device as src; src: fp32
+// contiguous.
+void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor);
+
+// dst.copy_(src) for a low-precision src into a wider dst.
+void decompressInto(at::Tensor& dst, const at::Tensor& src);
+
+// In place, no second buffer: writes to(buffer, dtype) / divisor into the first half of `buffer`'s own bytes and
+// returns that low-precision view (numel elements). `buffer` must be a contiguous CPU fp32 tensor that owns its
+// bytes exclusively until decompressInPlace (its float values are gone). Rounding as compressInto.
+at::Tensor compressInPlace(at::Tensor& buffer, at::ScalarType dtype, int64_t divisor);
+// Undoes compressInPlace: widens the low-precision view (or `reduced`, a tensor holding the reduced values, when a
+// backend returned another tensor) back into `buffer`.
+void decompressInPlace(at::Tensor& buffer, const at::Tensor& view, const at::Tensor& reduced);
+// Whether compressInPlace can run on `buffer`.
+bool canCompressInPlace(const at::Tensor& buffer);
+
+// Orthogonalises the columns of every matrix of a batch (B, rows, r), r <= rows, in place, as torch's PowerSGD:
+// Gram-Schmidt for r <= 2 or fp16/bf16 (each column divided by its norm, plus `epsilon` when epsilon != 0),
+// Householder QR (torch.linalg.qr) otherwise. A column of zeros with epsilon == 0 gives NaNs, as torch's does.
+void orthogonalize(at::Tensor& matrices, double epsilon);
+
+// PowerSGD's test: compress an n x m matrix at rank r iff (n + m) * r * minCompressionRate < n * m.
+bool shouldCompress(int64_t n, int64_t m, int64_t rank, double minCompressionRate);
+
+}  // namespace tunedist::hooks

@@ -1,0 +1,87 @@
+"""The hooks' building blocks against what torch's hooks use, in one process (no process group):
+
+* ``NumpyRandomState`` (C++) draws what numpy's legacy ``RandomState`` draws, for many seeds and bounds;
+* the fused fp16/bf16 compression equals ``x.to(dtype).div_(world_size)`` bit for bit, special values included,
+  and decompression equals ``copy_``;
+* ``orthogonalize`` equals torch's ``_orthogonalize`` (Gram-Schmidt for rank <= 2, QR above) bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
+
+import tunedist  # noqa: F401
+from tunedist import _C
+
+hooks = _C._hooks
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 12345, 2**31 - 1, 2**32 - 1])
+def test_random_state_matches_numpy_bounds(seed):
+    ours, ref = hooks.NumpyRandomState(seed), np.random.RandomState(seed)
+    for high in [1, 2, 3, 10, 1_000_000_000, 2**31, 2**32 - 1, 2**32, 2**32 + 5, 2**40, 2**62 + 3, 2**63 - 1]:
+        for _ in range(5):
+            assert ours.randint(high) == ref.randint(high), f"seed {seed}, high {high}"
+
+
+def test_random_state_matches_numpy_many_seeds():
+    # The draw PowerSGD makes each step, over many seeds and long sequences (crossing MT's 624-word blocks).
+    for seed in list(range(200)) + [int(s) for s in np.random.RandomState(99).randint(0, 2**32, 50, dtype=np.uint64)]:
+        ours, ref = hooks.NumpyRandomState(seed), np.random.RandomState(seed)
+        drawn = [ours.randint(1_000_000_000) for _ in range(40)]
+        assert drawn == [int(ref.randint(1_000_000_000)) for _ in range(40)], f"seed {seed}"
+    ours, ref = hooks.NumpyRandomState(5), np.random.RandomState(5)
+    assert [ours.next_uint32() for _ in range(2000)] == ref.randint(0, 2**32, 2000, dtype=np.uint64).tolist()
+
+
+def test_random_state_rejects_empty_range():
+    with pytest.raises(ValueError, match="high must be positive"):
+        hooks.NumpyRandomState(0).randint(0)
+
+
+def _special_values() -> torch.Tensor:
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(100_003, generator=gen) * torch.logspace(-12, 6, 100_003)
+    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 65504.0, 65520.0, 1e-8, -6e-8,
+                             3.0e38, 1.17e-38, 2.0**-24, 2.0**-25])
+    return torch.cat([x, specials])
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 7])
+def test_compress_matches_torch_cast_then_divide(dtype, world_size):
+    x = _special_values()
+    out = torch.empty(x.numel(), dtype=dtype)
+    hooks.compress_into(out, x, world_size)
+    ref = x.to(dtype).div_(world_size)
+    assert torch.equal(out.view(torch.int16), ref.view(torch.int16)) or torch.equal(
+        torch.nan_to_num(out.float(), nan=7.0), torch.nan_to_num(ref.float(), nan=7.0))
+    back = torch.empty_like(x)
+    hooks.decompress_into(back, out)
+    assert torch.equal(torch.nan_to_num(back, nan=7.0), torch.nan_to_num(out.float(), nan=7.0))
+
+
+def test_compress_rejects_mismatched_sizes():
+    with pytest.raises(RuntimeError, match="compressInto: sizes differ"):
+        hooks.compress_into(torch.empty(3, dtype=torch.float16), torch.zeros(4), 2)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+@pytest.mark.parametrize("eps", [0.0, 1e-8])
+def test_orthogonalize_matches_torch(rank, eps):
+    gen = torch.Generator().manual_seed(rank)
+    m = torch.randn(3, 37, rank, generator=gen)
+    ours, ref = m.clone(), m.clone()
+    hooks.orthogonalize(ours, eps)
+    _orthogonalize(ref, eps)
+    assert torch.equal(ours, ref)
+    q = ours[0]
+    torch.testing.assert_close(q.T @ q, torch.eye(rank), atol=1e-5, rtol=0)
+
+
+def test_orthogonalize_rejects_2d():
+    with pytest.raises(RuntimeError, match=r"\(B, rows, r\)"):
+        hooks.orthogonalize(torch.zeros(4, 2), 0.0)
