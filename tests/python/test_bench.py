@@ -149,11 +149,22 @@ def test_bench_rejects_bad_arguments(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_train_ddp_runs_on_tuned(tmp_path):
-    out = tmp_path / "train.json"
-    text = _torchrun("examples/train_ddp.py", "--backend", "tuned", "--steps", "3", "--warmup-steps", "1",
-                     "--batch-size", "2", "--json", str(out))
-    result = json.loads(out.read_text())
-    assert result["backend"] == "tuned" and result["world_size"] == 2 and result["timed_steps"] == 2
-    assert result["samples_per_s"] > 0 and math.isfinite(result["final_loss"])
-    assert "samples/s" in text
+def test_main_job_trains_both_runs_and_saves_its_record(tmp_path):
+    """The README's first command, shrunk: gloo + default DDP beside tuned + tuner + hook in one torchrun."""
+    out, plot = tmp_path / "main_job.json", tmp_path / "main_job.png"
+    text = _torchrun("examples/train_ddp.py", "--steps", "4", "--warmup-steps", "1", "--no-sync-steps", "1",
+                     "--batch-size", "2", "--seq-len", "8", "--vocab", "64", "--d-model", "32", "--layers", "1",
+                     "--heads", "2", "--hook", "fp16", "--json", str(out), "--plot", str(plot))
+    record = json.loads(out.read_text())
+    assert record["world_size"] == 2 and record["device"] == "cpu"
+    base, ours = record["runs"]
+    assert (base["backend"], base["hook"]) == ("gloo", None)
+    assert (ours["backend"], ours["hook"]) == ("tuned", "fp16") and ours["choice"]
+    for run in (base, ours):
+        assert run["samples_per_s"] > 0 and run["mean_step_ms"] > 0 and run["exposed_comm_ms"] >= 0
+        assert len(run["losses"]) == 4 and all(math.isfinite(x) for x in run["losses"])
+    # Same model, data and seeds: only fp16 rounding of the averaged gradients separates the two runs.
+    assert base["losses"][0] == ours["losses"][0]
+    assert abs(base["final_loss"] - ours["final_loss"]) < 1e-2 * abs(base["final_loss"]), (base, ours)
+    assert record["tune"]["rows"] and plot.stat().st_size > 10_000
+    assert "tuned / gloo:" in text and "samples/s" in text
