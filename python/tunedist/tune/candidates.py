@@ -148,9 +148,10 @@ def register_hook(ddp: DistributedDataParallel, hook: str, process_group=None, s
         if next(ddp.module.parameters()).device.type == "cpu":
             raise ValueError(
                 f"tunedist.tune: register_hook('powersgd') on rank {dist.get_rank()}: torch's powerSGD_hook, the "
-                "stand-in while tunedist.hooks is not installed, waits for an all_reduce inside a future callback; "
-                "CPU backends run those callbacks on their few worker threads (tuned: 1, gloo: 2), so it "
-                "deadlocks there. Install tunedist.hooks for PowerSGD on CPU, or use 'fp16'/'bf16'")
+                "stand-in while tunedist.hooks is not installed, issues all_reduces from future callbacks, which "
+                "CPU backends run on their worker threads while DDP issues the next buckets: ranks then issue "
+                "collectives in different orders (tuned fails with a mismatch; gloo can hang). Install "
+                "tunedist.hooks for PowerSGD on CPU, or use 'fp16'/'bf16'")
         state = powerSGD_hook.PowerSGDState(process_group=process_group, matrix_approximation_rank=1,
                                             start_powerSGD_iter=2)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
