@@ -249,7 +249,7 @@ def _edge_train(rank, group, model_fn, width, out, ddp_kwargs, install, loop):
 def edge_worker(rank: int, world_size: int) -> dict:
     # gloo, as in the parity tests: torch's PowerSGD hook issues collectives from future callbacks, racing DDP's
     # next bucket all_reduces, so on an asynchronous CPU backend ranks may issue them in different orders (`tuned`
-    # reports that as a mismatch); these small models keep to one bucket, where gloo runs it in order.
+    # reports that as a mismatch). On gloo these small models ran in order.
     gloo = dist.new_group(backend="gloo")
     results = {}
     for name, (model_fn, width, out, kwargs, (ref, dropin, native), tol, loop) in EDGE.items():
