@@ -20,11 +20,39 @@ namespace py = pybind11;
 
 namespace {
 
+// Wraps the Python callable that makes a gloo group (store, rank, size, timeout) -> ProcessGroupGloo, for the
+// groups between hosts. Called on the backend's worker thread, so it takes the GIL; the callable is released
+// under the GIL too, or leaked when the interpreter is already gone.
+tunedist::GlooFactory wrapGlooFactory(const py::object& callable) {
+  if (callable.is_none()) {
+    return nullptr;
+  }
+  std::shared_ptr<py::object> fn(new py::object(callable), [](py::object* o) {
+    if (Py_IsInitialized() == 0) {
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  return [fn](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
+    py::gil_scoped_acquire gil;
+    return (*fn)(store, rank, size, timeout).cast<c10::intrusive_ptr<c10d::Backend>>();
+  };
+}
+
 c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int size, const std::chrono::duration<float>& timeout) {
+                                                     int size, const std::chrono::duration<float>& timeout,
+                                                     const py::object& glooFactory) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  tunedist::GlooFactory factory = wrapGlooFactory(glooFactory);
   py::gil_scoped_release release;
-  return tunedist::TunedBackend::create(store, rank, size, ms);
+  return tunedist::TunedBackend::create(store, rank, size, ms, std::move(factory));
+}
+
+tunedist::TunedBackend& tunedOf(const c10::intrusive_ptr<c10d::Backend>& backend, const char* what) {
+  auto* tuned = dynamic_cast<tunedist::TunedBackend*>(backend.get());
+  TORCH_CHECK(tuned != nullptr, what, ": not a tunedist backend");
+  return *tuned;
 }
 
 // Per-call copy bandwidth (bytes copied per second, GB/s with 1 GB = 1e9 B) of the engine's copy routine on
@@ -51,7 +79,7 @@ std::vector<double> measureCopyGbps(size_t bytes, int reps) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tunedist native module";
   m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::arg("timeout"), "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
+        py::arg("timeout"), py::arg("gloo_factory") = py::none(), "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
   m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
   m.def("build_id", [] { return std::string(TUNEDIST_BUILD_ID_STR); });
   m.def("version", &tunedist::versionString);
@@ -67,4 +95,23 @@ PYBIND11_MODULE(_C, m) {
         return tuned->reservedShmBytes();
       },
       py::arg("backend"));
+  m.def(
+      "host_layout",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto& tuned = tunedOf(backend, "host_layout");
+        py::gil_scoped_release release;
+        return tuned.hostLayout(std::chrono::steady_clock::now() + tuned.effectiveTimeout({})).hosts;
+      },
+      py::arg("backend"), "The group's hosts as lists of group ranks (found at the first operation).");
+  m.def(
+      "cross_host_stats",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto s = tunedOf(backend, "cross_host_stats").crossHostStats();
+        py::dict d;
+        d["data_bytes"] = s.dataBytes;
+        d["meta_bytes"] = s.metaBytes;
+        d["gloo_ops"] = s.glooOps;
+        return d;
+      },
+      py::arg("backend"), "Bytes this rank handed to gloo between hosts (all zero on one host).");
 }

@@ -13,6 +13,9 @@
 
 namespace tunedist::shm {
 
+// `bytes` random bytes from getrandom(), as lowercase hex.
+std::string randomHex(size_t bytes);
+
 class ShmSegment {
  public:
   // "tunedist_<uid>_": the prefix of every name this user's jobs create.
