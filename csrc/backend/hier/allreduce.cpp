@@ -86,6 +86,8 @@ void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
   // Step 2/4: host partial results, block j on position j.
   if (c.x.localSize() > 1) {
     reduceInsideHost(c, base, count, es, slicing, hostArgs);
+  } else if (args.op == shm::RedOp::kPremulSum) {
+    flat.mul_(args.factor);  // a host of one rank: its term still gets the factor
   }
   // Step 3/4: each span's owners all-reduce it across hosts.
   const auto glooOp = glooReduceOp(args.op, args.dtype);
