@@ -154,10 +154,16 @@ def test_dead_host_fails_the_other_host_quickly():
 # Two torchruns as two hosts, and hosts as network namespaces.
 
 
-def _start_torchrun(node: int, nnodes: int, nproc: int, endpoint: str, env: dict, prefix: list) -> subprocess.Popen:
+def _start_torchrun(node: int, nnodes: int, nproc: int, endpoint: str, env: dict, prefix: list,
+                    local_addr: str | None = None) -> subprocess.Popen:
+    # Node 0 hosts the rendezvous store: said explicitly, since inside a namespace torch cannot tell that the
+    # endpoint's address is its own (it compares with the machine's host name). Inside a namespace the node also
+    # names its own address (--local-addr), which its peers use for the workers' store, not the host name.
+    extra = [f"--local-addr={local_addr}"] if local_addr else []
     cmd = prefix + [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node}",
                     f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-                    "--rdzv-id=tunedist-multihost", "--max-restarts=0", str(WORKER)]
+                    f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
+                    "--rdzv-id=tunedist-multihost", "--max-restarts=0", *extra, str(WORKER)]
     return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
@@ -190,7 +196,8 @@ def _results(result_dir: Path, world: int, outputs: list[str]) -> list[dict]:
         assert path.exists(), f"rank {r} wrote no result; torchrun output:\n" + "\n----\n".join(
             o[-3000:] for o in outputs)
         res = json.loads(path.read_text())
-        assert res["ok"], f"rank {r} failed:\n{res.get('traceback')}"
+        assert res["ok"], f"rank {r} failed:\n{res.get('traceback')}\ntorchrun output:\n" + "\n----\n".join(
+            o[-3000:] for o in outputs)
         results.append(res)
     return results
 
@@ -268,8 +275,8 @@ def test_network_namespaces_as_hosts(tmp_path):
         procs = [_start_torchrun(node, 2, 2, endpoint,
                                  {"TUNEDIST_HOST_ID": ns, "GLOO_SOCKET_IFNAME": dev, "MULTIHOST_CHECKS": "all_reduce",
                                   "MULTIHOST_RESULT_DIR": str(tmp_path)},
-                                 ["ip", "netns", "exec", ns])
-                 for node, (ns, dev, _) in enumerate(hosts)]
+                                 ["ip", "netns", "exec", ns], local_addr=addr)
+                 for node, (ns, dev, addr) in enumerate(hosts)]
         results = _results(tmp_path, 4, _finish(procs))
         sent = [_tx_bytes(ns, dev) - b for (ns, dev, _), b in zip(hosts, before)]
     _check_layout_and_bytes(results, 2)
