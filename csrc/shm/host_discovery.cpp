@@ -27,14 +27,6 @@ HostKey decodeKey(const std::string& text, int rank) {
   return HostKey{text.substr(colon + 1, len), text.substr(colon + 1 + len)};
 }
 
-std::string ranksText(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) {
-    s += (s.empty() ? "" : ",") + std::to_string(r);
-  }
-  return "[" + s + "]";
-}
-
 }  // namespace
 
 HostDiscovery::HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const char* shmDir)
@@ -49,21 +41,24 @@ std::string HostDiscovery::getBefore(const std::string& key, Clock::time_point d
   } catch (const TimeoutError&) {
     throw TimeoutError(detail::str("tunedist: rank ", rank_, " of ", size_, " timed out waiting for ", what,
                                    " (store key '", key, "') while finding which ranks share a host; check that "
-                                   "every rank of the group is alive and calls this operation too"));
+                                   "it is alive and calls this operation too"));
   }
 }
 
 HostLayout HostDiscovery::proposeLayout(Clock::time_point deadline) {
   std::vector<HostKey> keys;
   for (int r = 0; r < size_; ++r) {
-    keys.push_back(decodeKey(getBefore(kKeyPrefix + std::to_string(r), deadline, "a rank's host key"), r));
+    keys.push_back(decodeKey(getBefore(kKeyPrefix + std::to_string(r), deadline,
+                                       detail::str("rank ", r, " to publish its host key").c_str()),
+                             r));
   }
   return groupRanksByHost(keys);
 }
 
 std::string HostDiscovery::checkProbe(const HostLayout& layout, int host, Clock::time_point deadline) {
   const int creator = layout.rankAt(host, 0);
-  std::string text = getBefore(kProbePrefix + std::to_string(creator), deadline, "the host probe");
+  std::string text = getBefore(kProbePrefix + std::to_string(creator), deadline,
+                               detail::str("rank ", creator, " to create the host probe").c_str());
   size_t nl = text.find('\n');
   TD_CHECK(nl != std::string::npos, "tunedist: malformed host probe key of rank ", creator);
   const std::string name = text.substr(0, nl);
@@ -71,6 +66,7 @@ std::string HostDiscovery::checkProbe(const HostLayout& layout, int host, Clock:
   try {
     bool notFound = false;
     ShmSegment probe = ShmSegment::open(name, kProbeBytes, &notFound);
+    probe.keepName();  // the host's other ranks may still have to open it; its creator unlinks it
     if (notFound) {
       return detail::str("rank ", rank_, " cannot open the probe '", name, "' of rank ", creator, " (not found)");
     }
@@ -104,7 +100,8 @@ void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline)
   }
   rendezvous_->set(kVerdictPrefix + std::to_string(rank_), verdict);
   for (int r = 0; r < size_; ++r) {
-    std::string v = getBefore(kVerdictPrefix + std::to_string(r), deadline, "a rank's host check");
+    std::string v = getBefore(kVerdictPrefix + std::to_string(r), deadline,
+                              detail::str("rank ", r, " to check its host").c_str());
     const auto& members = layout.hosts[size_t(layout.hostOf[size_t(r)])];
     TD_CHECK(v == kVerdictOk, "tunedist: ranks ", ranksText(members),
              " look like one host (same machine, same /dev/shm, same TUNEDIST_HOST_ID) but cannot share memory: ",

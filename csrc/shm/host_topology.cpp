@@ -29,6 +29,14 @@ std::string hostLabelFromEnv() {
   return v == nullptr ? std::string() : std::string(v);
 }
 
+std::string ranksText(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) {
+    s += (s.empty() ? "" : ",") + std::to_string(r);
+  }
+  return "[" + s + "]";
+}
+
 std::vector<int> HostLayout::hostSizes() const {
   std::vector<int> sizes;
   for (const auto& h : hosts) {

@@ -36,6 +36,9 @@ struct HostLayout {
   int rankAt(int host, int local) const { return hosts[size_t(host)][size_t(local)]; }
 };
 
+// "[0,1,2]": a list of ranks for messages.
+std::string ranksText(const std::vector<int>& ranks);
+
 // Groups ranks by (fingerprint, label). Throws tunedist::Error naming the ranks when one label covers ranks with
 // different fingerprints: TUNEDIST_HOST_ID may split a host, never merge ranks that cannot share memory.
 HostLayout groupRanksByHost(const std::vector<HostKey>& keys);

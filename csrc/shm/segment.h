@@ -40,6 +40,9 @@ class ShmSegment {
 
   // Removes the name; the mapping stays valid. Idempotent. Throws only for errors other than ENOENT.
   void unlink();
+  // Leaves the name to its creator: destroying this object then only unmaps (a reader of a probe segment that
+  // other ranks still have to open).
+  void keepName() { linked_ = false; }
   bool valid() const { return base_ != nullptr; }
   void* data() const { return base_; }
   size_t size() const { return bytes_; }

@@ -150,12 +150,13 @@ std::vector<std::exception_ptr> discover(const std::shared_ptr<shm::Rendezvous>&
   });
 }
 
-TEST_CASE("HostDiscovery finds and verifies 2 hosts x 2 ranks", "[topology]") {
+TEST_CASE("HostDiscovery finds and verifies hosts of several ranks", "[topology]") {
   ShmLeakCheck leaks;
   std::vector<HostLayout> layouts;
-  rethrowFailures(discover(std::make_shared<MemRendezvous>(), {"a", "a", "b", "b"}, layouts));
+  // Host "a" has four ranks: three readers open the one probe, so no reader may take its name away.
+  rethrowFailures(discover(std::make_shared<MemRendezvous>(), {"a", "a", "b", "a", "b", "a"}, layouts));
   for (const auto& l : layouts) {
-    REQUIRE(l.hosts == std::vector<std::vector<int>>{{0, 1}, {2, 3}});
+    REQUIRE(l.hosts == std::vector<std::vector<int>>{{0, 1, 3, 5}, {2, 4}});
   }
   REQUIRE(leaks.report().empty());
 }

@@ -18,14 +18,6 @@ constexpr auto kFirstAbortCheck = std::chrono::milliseconds(20);
 constexpr auto kAbortCheckPeriod = std::chrono::milliseconds(100);
 constexpr auto kMaxPollSleep = std::chrono::microseconds(200);
 
-std::string ranksText(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) {
-    s += (s.empty() ? "" : ",") + std::to_string(r);
-  }
-  return "[" + s + "]";
-}
-
 }  // namespace
 
 CrossHost::CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, shm::HostLayout layout, GlooFactory factory,
@@ -68,7 +60,7 @@ int CrossHost::indexIn(const std::vector<int>& members) const {
       return int(i);
     }
   }
-  TORCH_INTERNAL_ASSERT(false, "rank ", rank_, " is not in gloo group ", ranksText(members));
+  TORCH_INTERNAL_ASSERT(false, "rank ", rank_, " is not in gloo group ", shm::ranksText(members));
 }
 
 c10::intrusive_ptr<c10d::Backend> CrossHost::group(const std::vector<int>& members, const std::string& kind) {
@@ -205,7 +197,11 @@ void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<v
     }
     std::string full;
     if (what.rfind("tunedist: ", 0) == 0) {
-      full = what;  // already ours, e.g. a failure shared by another rank
+      full = what;  // already ours: from this host's shared memory, or a failure shared by another rank
+      if (x.localSize() > 1 && what.find("shared-memory ranks") == std::string::npos) {
+        full += c10::str(" [host ", x.host(), ": shared-memory ranks 0..", x.localSize() - 1, " are group ranks ",
+                         shm::ranksText(x.layout().hosts[size_t(x.host())]), "]");
+      }
     } else {
       const bool closed = what.find("onnection") != std::string::npos || what.find("closed") != std::string::npos ||
                           what.find("reset") != std::string::npos;
