@@ -8,7 +8,9 @@ out=${1:-multihost_bench.json}
 shift || true
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 run_node() {
-  TUNEDIST_HOST_ID=host$1 python3 -m torch.distributed.run --nnodes=2 --node-rank="$1" --nproc-per-node=2 \
+  local node=$1
+  shift
+  TUNEDIST_HOST_ID=host$node python3 -m torch.distributed.run --nnodes=2 --node-rank="$node" --nproc-per-node=2 \
     --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:"$port" --rdzv-id=tunedist-multihost-bench --max-restarts=0 \
     -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4 --no-progress "$@"
 }
