@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import multihost_checks as mc
-from dist_utils import free_port, launch
+from dist_utils import RankFailure, free_port, launch
 
 WORKER = Path(__file__).resolve().parent / "multihost_worker.py"
 # Hang guard for the torchrun-based tests (not a performance limit).
@@ -145,7 +145,8 @@ def test_dead_host_fails_the_other_host_quickly():
     timeout_s = 120.0
     results = launch(4, _die_mid_collective, [0, 0, 1, 1], timeout_s, init=False, return_exceptions=True)
     for rank in (2, 3):
-        assert isinstance(results[rank], mc.__class__) or getattr(results[rank], "exitcode", None) == -signal.SIGKILL
+        victim = results[rank]
+        assert isinstance(victim, RankFailure) and victim.exitcode == -signal.SIGKILL, f"rank {rank}: {victim}"
     for rank in (0, 1):
         res = results[rank]
         assert isinstance(res, dict) and res["error"], f"rank {rank}: {res}"

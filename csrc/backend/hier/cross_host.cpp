@@ -74,7 +74,11 @@ c10::intrusive_ptr<c10d::Backend> CrossHost::group(const std::vector<int>& membe
     for (int r : members) {
       name += std::to_string(r) + ",";
     }
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(kGlooPrefix + name, store_);
+    // Point-to-point pairs are created on the pairs' own threads, concurrently: each creation gets its own store
+    // connection, since gloo's rendezvous blocks in store waits and one TCPStore client serialises its calls (two
+    // creations sharing one could wait on each other across ranks in a cycle, e.g. a ring of sends).
+    auto base = kind == "c" ? store_ : store_->clone();
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(kGlooPrefix + name, base);
     auto pg = factory_(prefixed, indexIn(members), int(members.size()), timeout_);
     TORCH_CHECK(pg, "tunedist: the gloo factory returned no backend");
     lock.lock();
