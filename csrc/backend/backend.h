@@ -2,9 +2,10 @@
 // the ranks of this host; a group that spans several hosts adds gloo between hosts (CrossHost, hier/).
 //
 // Hosts: at creation every rank publishes a HostKey (one store write). At the group's first operation the ranks
-// read each other's keys and group them (HostDiscovery); the first collective also verifies the grouping with a
-// probe segment. Only then are the engines made: on one host exactly as before (every rank in one ShmComm); on
-// several, one ShmComm per host under its own store prefix, plus a CrossHost.
+// read each other's keys and group them (HostDiscovery) and make the engines: on one host exactly as before
+// (every rank in one ShmComm, whose segment every rank must open: that verifies the host); on several, one
+// ShmComm per host under its own store prefix plus a CrossHost, and the first collective verifies every host with
+// a probe segment before anything else runs.
 //
 // Execution: every call validates its tensors on the caller's thread, takes the next per-group sequence number
 // and queues the operation; one worker thread runs operations in issue order, so DDP's bucket all-reduces overlap
