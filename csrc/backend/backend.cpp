@@ -27,12 +27,14 @@ std::string versionString() { return std::string("tunedist 0.1.0 (torch ") + TUN
 
 c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                        int size, std::chrono::milliseconds timeout,
-                                                       NcclSide::CreatedHook onNcclCreated) {
+                                                       NcclSide::CreatedHook onNcclCreated,
+                                                       GlooFactory glooFactory) {
   Options options;
   if (timeout.count() > 0) {
     options.timeout = timeout;
   }
   options.onNcclCreated = std::move(onNcclCreated);
+  options.glooFactory = std::move(glooFactory);
   return c10::make_intrusive<TunedBackend>(store, rank, size, options);
 }
 
@@ -44,8 +46,9 @@ TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   TORCH_CHECK(store_, "tunedist: TunedBackend on rank ", rank, " needs a store");
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for a group of ", size);
   rendezvous_ = std::make_shared<StoreRendezvous>(store_);
-  comm_ = std::make_unique<shm::ShmComm>(rendezvous_, rank, size, options_.shm);
-  p2p_ = std::make_unique<shm::P2pEngine>(rendezvous_, rank, size, options_.shm);
+  // One store write, no waiting: the engines are made at the first operation, once every rank's key is in.
+  discovery_ = std::make_unique<shm::HostDiscovery>(rendezvous_, rank, size, options_.shm.shmDir);
+  discovery_->publish(shm::HostKey{shm::hostLabelFromEnv(), shm::shareableMemoryFingerprint(options_.shm.shmDir)});
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -71,8 +74,12 @@ uint64_t TunedBackend::getSequenceNumberForGroup() {
 void TunedBackend::rejectCall(const char* op, const std::string& message) {
   std::string full = c10::str("tunedist: ", op, " on rank ", rank_, " of ", size_, ": ", message);
   // Peers may already be waiting for this rank inside the same operation: fail the group so they stop too.
-  comm_->abort(full);
-  p2p_->abort(full);
+  try {
+    hostLayout(std::chrono::steady_clock::now() + options_.timeout);
+  } catch (const std::exception&) {
+    // Without the layout there are no engines to fail; the peers then time out finding the hosts.
+  }
+  abortEngines(full);
   TORCH_CHECK(false, full);
 }
 
@@ -164,6 +171,7 @@ std::exception_ptr TunedBackend::execute(Item& item) {
   const char* opName = std::strncmp(item.name, "tuned:", 6) == 0 ? item.name + 6 : item.name;
   shm::OpContext ctx{opName, item.work->getSequencenumber(), std::chrono::steady_clock::now() + item.timeout};
   try {
+    prepareCollective(ctx);
     item.body(ctx);
   } catch (const std::exception&) {
     return std::current_exception();
@@ -238,9 +246,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::endCoalescing() {
 }
 
 void TunedBackend::abort() {
-  std::string reason = c10::str("tunedist: rank ", rank_, " aborted the process group");
-  comm_->abort(reason);
-  p2p_->abort(reason);
+  abortEngines(c10::str("tunedist: rank ", rank_, " aborted the process group"));
   nccl_.abort();
   shutdown();
 }

@@ -1,6 +1,13 @@
 // TunedBackend: the `tuned` c10d backend. CPU tensors go through the shared-memory engine (shm::ShmComm) among
-// the ranks of this host; CUDA tensors go to the NCCL side (cuda/nccl_side.h), a wrapped ProcessGroupNCCL. Every
-// entry point first asks cudaSide() where its tensors live; a call that mixes CPU and CUDA tensors is refused.
+// the ranks of this host; a group that spans several hosts adds gloo between hosts (CrossHost, hier/); CUDA
+// tensors go to the NCCL side (cuda/nccl_side.h), a wrapped ProcessGroupNCCL. Every entry point first asks
+// cudaSide() where its tensors live; a call that mixes CPU and CUDA tensors is refused.
+//
+// Hosts: at creation every rank publishes a HostKey (one store write). At the group's first operation the ranks
+// read each other's keys and group them (HostDiscovery) and make the engines: on one host exactly as before
+// (every rank in one ShmComm, whose segment every rank must open: that verifies the host); on several, one
+// ShmComm per host under its own store prefix plus a CrossHost, and the first collective verifies every host with
+// a probe segment before anything else runs.
 //
 // Execution: every call validates its tensors on the caller's thread, takes the next per-group sequence number
 // and queues the operation; one worker thread runs operations in issue order, so DDP's bucket all-reduces overlap
@@ -17,14 +24,19 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend/cuda/device_scan.h"
 #include "backend/cuda/nccl_side.h"
+#include "backend/hier/cross_host.h"
+#include "backend/hier/hier_ops.h"
+#include "backend/hier/p2p.h"
 #include "backend/work.h"
 #include "shm/comm.h"
+#include "shm/host_discovery.h"
 #include "shm/p2p.h"
 
 namespace tunedist {
@@ -40,11 +52,14 @@ class TunedBackend : public c10d::Backend {
     size_t inlineMaxBytes = size_t(64) << 20;
     // Called when the NCCL side is created (the Python module logs NCCL's settings there).
     NcclSide::CreatedHook onNcclCreated;
+    // Makes the gloo groups between hosts; only a group that spans several hosts calls it. Python sets it.
+    GlooFactory glooFactory;
   };
 
   static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                   std::chrono::milliseconds timeout,
-                                                  NcclSide::CreatedHook onNcclCreated = {});
+                                                  NcclSide::CreatedHook onNcclCreated = {},
+                                                  GlooFactory glooFactory = nullptr);
 
   TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
   ~TunedBackend() override;
@@ -126,8 +141,22 @@ class TunedBackend : public c10d::Backend {
   // The NCCL side if it was created (for tests and tools), else null.
   c10::intrusive_ptr<c10d::Backend> ncclBackend() const { return nccl_.existing(); }
 
-  // Bytes of shared memory this group reserves at its first collective.
-  size_t reservedShmBytes() const { return comm_->reservedBytes(); }
+  // Bytes of shared memory this group reserves at its first collective (on one host; per host when it spans
+  // several, once the group has run an operation).
+  size_t reservedShmBytes() const;
+
+  // The group's layout of hosts, found at its first operation (blocks until every rank has published its key).
+  const shm::HostLayout& hostLayout(std::chrono::steady_clock::time_point deadline);
+  // The cross-host state; null while the group runs on one host (or before its first operation).
+  CrossHost* crossHost() { return cross_.get(); }
+  // Bytes and operations this rank handed to gloo; all zero on one host.
+  CrossHostStats crossHostStats() const { return cross_ ? cross_->stats() : CrossHostStats{}; }
+  // This rank's shared-memory position of group rank `peer`, or -1 when `peer` is on another host.
+  int localPeer(int peer) const;
+  // The group rank at shared-memory position `local` of this rank's host.
+  int groupRankOnHost(int local) const;
+  // Send/recv with ranks on other hosts, made at first use.
+  hier::CrossHostP2p& crossP2p();
 
   // What one operation runs on the worker (or inline); gets the operation's context with its deadline.
   using Body = std::function<void(const shm::OpContext&)>;
@@ -138,6 +167,10 @@ class TunedBackend : public c10d::Backend {
                                         std::chrono::milliseconds timeout, size_t bytes, Body body);
 
   shm::ShmComm& comm() { return *comm_; }
+  // The context of a cross-host algorithm (hier/hier_ops.h).
+  hier::Ctx hierCtx(const shm::OpContext& ctx) { return hier::Ctx{*cross_, *comm_, ctx}; }
+  // Runs `body` as a cross-host phase of ctx (runCrossHost): failures reach every host.
+  void runHier(const shm::OpContext& ctx, const std::function<void()>& body);
   shm::P2pEngine& p2p() { return *p2p_; }
   // Records a Work made outside launch() (send/recv) in the coalesced group being built, if any.
   void trackWork(const c10::intrusive_ptr<c10d::Work>& work);
@@ -166,12 +199,27 @@ class TunedBackend : public c10d::Backend {
   // Called with mutex_ held from a callback on the worker thread: hands the queue to a fresh worker thread.
   void retireWorkerLocked();
   c10d::Backend* cudaSideFor(const char* op, const DeviceScan& scan, bool failGroup);
+  // Makes the engines once the layout is known (topology.cpp).
+  void makeEngines(const shm::HostLayout& layout);
+  // Before a collective: the layout, verified by the probe once per group.
+  void prepareCollective(const shm::OpContext& ctx);
+  // Fails every engine that exists with `reason` (and, once they exist, the ones made later).
+  void abortEngines(const std::string& reason);
 
   c10::intrusive_ptr<c10d::Store> store_;
   Options options_;
   std::shared_ptr<StoreRendezvous> rendezvous_;
+  std::unique_ptr<shm::HostDiscovery> discovery_;
+  std::mutex topoMutex_;
+  std::atomic<bool> layoutReady_{false};
+  std::optional<shm::HostLayout> layout_;  // set once, under topoMutex_
+  bool verified_ = false;                  // collectives' thread only
+  std::string verifyError_;
+  std::string pendingAbort_;  // an abort() before the engines existed, under topoMutex_
   std::unique_ptr<shm::ShmComm> comm_;
   std::unique_ptr<shm::P2pEngine> p2p_;
+  std::shared_ptr<CrossHost> cross_;
+  std::unique_ptr<hier::CrossHostP2p> crossP2p_;  // under topoMutex_
 
   uint64_t seq_ = 0;  // guarded by mutex_
   std::atomic<uint64_t> p2pSeq_{0};

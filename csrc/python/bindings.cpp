@@ -21,18 +21,25 @@ namespace py = pybind11;
 
 namespace {
 
+// Holds a Python callable for C++ code that calls it on other threads: it is called and released under the GIL (or
+// leaked when the interpreter is already gone).
+std::shared_ptr<py::object> holdCallable(const py::object& callable) {
+  return std::shared_ptr<py::object>(new py::object(callable), [](py::object* o) {
+    if (Py_IsInitialized() == 0) {
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+}
+
 // Wraps a Python callable (or None) as the NCCL side's creation hook. The hook runs on whichever thread made the
-// first CUDA call, usually without the GIL, so it takes the GIL; the callable is released under the GIL too.
+// first CUDA call, usually without the GIL.
 tunedist::NcclSide::CreatedHook ncclCreatedHook(const py::object& onNcclCreated) {
   if (onNcclCreated.is_none()) {
     return {};
   }
-  auto holder = std::shared_ptr<py::object>(new py::object(onNcclCreated), [](py::object* o) {
-    if (Py_IsInitialized()) {
-      py::gil_scoped_acquire gil;
-      delete o;
-    }
-  });
+  auto holder = holdCallable(onNcclCreated);
   return [holder](int rank, int size) {
     py::gil_scoped_acquire gil;
     try {
@@ -44,13 +51,27 @@ tunedist::NcclSide::CreatedHook ncclCreatedHook(const py::object& onNcclCreated)
   };
 }
 
+// Wraps the Python callable that makes a gloo group (store, rank, size, timeout) -> ProcessGroupGloo, for the
+// groups between hosts. Called on the backend's worker thread.
+tunedist::GlooFactory wrapGlooFactory(const py::object& callable) {
+  if (callable.is_none()) {
+    return nullptr;
+  }
+  auto fn = holdCallable(callable);
+  return [fn](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
+    py::gil_scoped_acquire gil;
+    return (*fn)(store, rank, size, timeout).cast<c10::intrusive_ptr<c10d::Backend>>();
+  };
+}
+
 c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int size, const std::chrono::duration<float>& timeout,
-                                                     const py::object& onNcclCreated) {
+                                                     const py::object& onNcclCreated, const py::object& glooFactory) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   auto hook = ncclCreatedHook(onNcclCreated);
+  tunedist::GlooFactory factory = wrapGlooFactory(glooFactory);
   py::gil_scoped_release release;
-  return tunedist::TunedBackend::create(store, rank, size, ms, std::move(hook));
+  return tunedist::TunedBackend::create(store, rank, size, ms, std::move(hook), std::move(factory));
 }
 
 tunedist::TunedBackend& tunedBackend(const c10::intrusive_ptr<c10d::Backend>& backend, const char* what) {
@@ -83,7 +104,8 @@ std::vector<double> measureCopyGbps(size_t bytes, int reps) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tunedist native module";
   m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::arg("timeout"), py::arg("on_nccl_created") = py::none(), "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
+        py::arg("timeout"), py::arg("on_nccl_created") = py::none(), py::arg("gloo_factory") = py::none(),
+        "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
   m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
   m.def("build_id", [] { return std::string(TUNEDIST_BUILD_ID_STR); });
   m.def("version", &tunedist::versionString);
@@ -113,4 +135,23 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"), "The ProcessGroupNCCL behind a `tuned` backend's CUDA calls, or None before the first.");
   tunedist::bindHooks(m);
+  m.def(
+      "host_layout",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto& tuned = tunedBackend(backend, "host_layout");
+        py::gil_scoped_release release;
+        return tuned.hostLayout(std::chrono::steady_clock::now() + tuned.effectiveTimeout({})).hosts;
+      },
+      py::arg("backend"), "The group's hosts as lists of group ranks (found at the first operation).");
+  m.def(
+      "cross_host_stats",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        auto s = tunedBackend(backend, "cross_host_stats").crossHostStats();
+        py::dict d;
+        d["data_bytes"] = s.dataBytes;
+        d["meta_bytes"] = s.metaBytes;
+        d["gloo_ops"] = s.glooOps;
+        return d;
+      },
+      py::arg("backend"), "Bytes this rank handed to gloo between hosts (all zero on one host).");
 }

@@ -18,8 +18,6 @@
 #include "shm/error.h"
 
 namespace tunedist::shm {
-namespace {
-
 std::string randomHex(size_t bytes) {
   unsigned char buf[32];
   TD_ASSERT(bytes <= sizeof(buf));
@@ -40,6 +38,8 @@ std::string randomHex(size_t bytes) {
   }
   return out;
 }
+
+namespace {
 
 std::string freeSpaceNote(const char* shmDir) {
   struct statvfs vfs {};

@@ -13,6 +13,9 @@
 
 namespace tunedist::shm {
 
+// `bytes` random bytes from getrandom(), as lowercase hex.
+std::string randomHex(size_t bytes);
+
 class ShmSegment {
  public:
   // "tunedist_<uid>_": the prefix of every name this user's jobs create.
@@ -37,6 +40,9 @@ class ShmSegment {
 
   // Removes the name; the mapping stays valid. Idempotent. Throws only for errors other than ENOENT.
   void unlink();
+  // Leaves the name to its creator: destroying this object then only unmaps (a reader of a probe segment that
+  // other ranks still have to open).
+  void keepName() { linked_ = false; }
   bool valid() const { return base_ != nullptr; }
   void* data() const { return base_; }
   size_t size() const { return bytes_; }

@@ -88,12 +88,21 @@ def _on_nccl_created(rank: int, size: int) -> None:
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
     """The creator torch calls for every group (and sub-group) that maps a device to ``tuned``."""
     _check_torchcomms()
-    return _C.create_backend(store, rank, size, timeout, _on_nccl_created)
+    return _C.create_backend(store, rank, size, timeout, _on_nccl_created, _make_gloo_group)
 
 
 def nccl_compiled_in() -> bool:
     """Whether this build has the NCCL side, so that ``tuned`` serves CUDA tensors too."""
     return bool(_C.nccl_build_info()["compiled_in"])
+
+
+def _make_gloo_group(store, rank: int, size: int, timeout: timedelta):
+    """Makes a gloo group between hosts for a group that spans several (called by the backend, lazily).
+
+    torch's own constructor builds the devices as init_process_group("gloo") does: one per interface in
+    GLOO_SOCKET_IFNAME, else the default device of this host's name.
+    """
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
 def _register() -> None:

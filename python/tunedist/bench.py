@@ -373,8 +373,12 @@ def main(argv=None) -> int:
         results.append(measure_point(args, backend, groups[backend], op, inplace, count))
         progress.step(f"{backend} {op} {results[-1]['bytes']} B{' in-place' if inplace else ''}")
     progress.close()
+    if "tuned" in groups:  # hosts the tuned group spans (hierarchical collectives over gloo when more than one)
+        meta["tuned_hosts"] = tunedist._C.host_layout(groups["tuned"]._get_backend(torch.device("cpu")))
     meta["bound"] = bound_section(results, world, meta["memcpy_gbps"])
     if rank == 0:
+        if len(meta.get("tuned_hosts", [])) > 1:
+            print(f"# tuned spans {len(meta['tuned_hosts'])} hosts: {meta['tuned_hosts']} (TUNEDIST_HOST_ID)")
         print_tables(results, args, meta)
         if args.json:
             with open(args.json, "w") as f:

@@ -7,17 +7,22 @@ namespace {
 // Gathers `in` from every rank into blocks[p] (each tensorBytes(in) bytes of contiguous memory). An input that
 // is exactly our own block is left in place (FSDP2's in-place all-gather); one that overlaps another block is
 // copied first so peers' data cannot overwrite it before it is sent.
-void gatherInto(shm::ShmComm& comm, const shm::OpContext& ctx, const at::Tensor& in, std::vector<void*>& blocks,
+void gatherInto(TunedBackend& backend, const shm::OpContext& ctx, const at::Tensor& in, std::vector<void*>& blocks,
                 const std::vector<at::Tensor>& outs) {
+  shm::ShmComm& comm = backend.comm();
   at::Tensor src = ops::staged(in);
   bool aliasOther = false;
   for (size_t p = 0; p < outs.size(); ++p) {
-    if (int(p) != comm.rank() && ops::overlaps(src, outs[p])) {
+    if (int(p) != backend.rank() && ops::overlaps(src, outs[p])) {
       aliasOther = true;
     }
   }
   if (aliasOther) {
     src = src.clone();
+  }
+  if (backend.crossHost() != nullptr) {
+    backend.runHier(ctx, [&] { hier::allgather(backend.hierCtx(ctx), src, outs); });
+    return;
   }
   comm.allgather(ctx, src.data_ptr(), ops::tensorBytes(src), blocks.data());
 }
@@ -51,7 +56,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather(std::vector<std::vector<a
                     staged.push_back(ops::staged(o));
                     blocks.push_back(staged.back().data_ptr());
                   }
-                  gatherInto(*comm_, ctx, in, blocks, staged);
+                  gatherInto(*this, ctx, in, blocks, staged);
                   for (size_t p = 0; p < outs.size(); ++p) {
                     ops::copyBack(outs[p], staged[p]);
                   }
@@ -60,17 +65,18 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather(std::vector<std::vector<a
 
 namespace {
 
-void allgatherBase(shm::ShmComm& comm, const shm::OpContext& ctx, const at::Tensor& out, const at::Tensor& in) {
+void allgatherBase(TunedBackend& backend, const shm::OpContext& ctx, const at::Tensor& out, const at::Tensor& in) {
   at::Tensor s = ops::staged(out);
+  const int size = backend.size();
   const size_t bytes = ops::tensorBytes(in);
   std::vector<void*> blocks;
   std::vector<at::Tensor> views;
   at::Tensor flat = s.view({-1});
-  for (int p = 0; p < comm.size(); ++p) {
+  for (int p = 0; p < size; ++p) {
     views.push_back(flat.narrow(0, int64_t(p) * in.numel(), in.numel()));
     blocks.push_back(static_cast<char*>(s.data_ptr()) + size_t(p) * bytes);
   }
-  gatherInto(comm, ctx, in, blocks, views);
+  gatherInto(backend, ctx, in, blocks, views);
   ops::copyBack(out, s);
 }
 
@@ -96,7 +102,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::_allgather_base(at::Tensor& output,
   at::Tensor in = input;
   return launch(c10d::OpType::_ALLGATHER_BASE, "tuned:all_gather_into_tensor", {out}, {in}, opts.asyncOp,
                 opts.timeout, ops::tensorBytes(out),
-                [this, out, in](const shm::OpContext& ctx) { allgatherBase(*comm_, ctx, out, in); });
+                [this, out, in](const shm::OpContext& ctx) { allgatherBase(*this, ctx, out, in); });
 }
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -120,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather_into_tensor_coalesced(std
   return launch(c10d::OpType::COALESCED, "tuned:all_gather_into_tensor_coalesced", outs, ins,
                 opts.asyncOp, opts.timeout, bytes, [this, outs, ins](const shm::OpContext& ctx) {
                   for (size_t i = 0; i < ins.size(); ++i) {
-                    allgatherBase(*comm_, ctx, outs[i], ins[i]);
+                    allgatherBase(*this, ctx, outs[i], ins[i]);
                   }
                 });
 }
@@ -161,7 +167,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather_coalesced(std::vector<std
                       staged.push_back(ops::staged(l[i]));
                       blocks.push_back(staged.back().data_ptr());
                     }
-                    gatherInto(*comm_, ctx, ins[i], blocks, staged);
+                    gatherInto(*this, ctx, ins[i], blocks, staged);
                     for (size_t p = 0; p < lists.size(); ++p) {
                       ops::copyBack(lists[p][i], staged[p]);
                     }

@@ -19,7 +19,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce(std::vector<at::Tensor>& 
   return launch(c10d::OpType::ALLREDUCE, "tuned:all_reduce", tensors, tensors, opts.asyncOp, opts.timeout,
                 ops::tensorBytes(t), [this, t, args](const shm::OpContext& ctx) {
                   at::Tensor s = ops::staged(t);
-                  comm_->allreduce(ctx, s.data_ptr(), s.data_ptr(), size_t(s.numel()), args);
+                  if (cross_) {
+                    runHier(ctx, [&] { hier::allreduce(hierCtx(ctx), s, args); });
+                  } else {
+                    comm_->allreduce(ctx, s.data_ptr(), s.data_ptr(), size_t(s.numel()), args);
+                  }
                   ops::copyBack(t, s);
                 });
 }
@@ -52,7 +56,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce_coalesced(std::vector<at:
                     flat.push_back(t.reshape({-1}));
                   }
                   at::Tensor buf = at::cat(flat);
-                  comm_->allreduce(ctx, buf.data_ptr(), buf.data_ptr(), size_t(buf.numel()), args);
+                  if (cross_) {
+                    runHier(ctx, [&] { hier::allreduce(hierCtx(ctx), buf, args); });
+                  } else {
+                    comm_->allreduce(ctx, buf.data_ptr(), buf.data_ptr(), size_t(buf.numel()), args);
+                  }
                   int64_t off = 0;
                   for (const auto& t : ts) {
                     t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));

@@ -25,6 +25,33 @@ std::vector<int64_t> rowSplits(const std::vector<int64_t>& splits, const at::Ten
   return splits;
 }
 
+// Across hosts the blocks travel as bytes: packed into one buffer per direction for gloo's all_to_all.
+void alltoallAcrossHosts(TunedBackend& backend, const shm::OpContext& ctx, const std::vector<const void*>& sends,
+                         const std::vector<size_t>& sendBytes, const std::vector<void*>& recvs,
+                         const std::vector<size_t>& recvBytes) {
+  std::vector<int64_t> sendSplits(sendBytes.begin(), sendBytes.end());
+  std::vector<int64_t> recvSplits(recvBytes.begin(), recvBytes.end());
+  int64_t sendTotal = 0;
+  int64_t recvTotal = 0;
+  for (size_t p = 0; p < sends.size(); ++p) {
+    sendTotal += sendSplits[p];
+    recvTotal += recvSplits[p];
+  }
+  at::Tensor src = at::empty({sendTotal}, at::kByte);
+  at::Tensor dst = at::empty({recvTotal}, at::kByte);
+  int64_t off = 0;
+  for (size_t p = 0; p < sends.size(); ++p) {
+    shm::copyBytes(src.data_ptr<uint8_t>() + off, sends[p], sendBytes[p]);
+    off += sendSplits[p];
+  }
+  hier::alltoallv(backend.hierCtx(ctx), src, sendSplits, dst, recvSplits);
+  off = 0;
+  for (size_t p = 0; p < recvs.size(); ++p) {
+    shm::copyBytes(recvs[p], dst.data_ptr<uint8_t>() + off, recvBytes[p]);
+    off += recvSplits[p];
+  }
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -71,7 +98,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, a
                     inOff += sendBytes.back();
                     outOff += recvBytes.back();
                   }
-                  comm_->alltoallv(ctx, sends.data(), sendBytes.data(), recvs.data(), recvBytes.data());
+                  if (cross_) {
+                    runHier(ctx, [&] { alltoallAcrossHosts(*this, ctx, sends, sendBytes, recvs, recvBytes); });
+                  } else {
+                    comm_->alltoallv(ctx, sends.data(), sendBytes.data(), recvs.data(), recvBytes.data());
+                  }
                   ops::copyBack(out, dst);
                 });
 }
@@ -119,7 +150,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
                     sendBytes.push_back(ops::tensorBytes(src.back()));
                     recvBytes.push_back(ops::tensorBytes(dst.back()));
                   }
-                  comm_->alltoallv(ctx, sends.data(), sendBytes.data(), recvs.data(), recvBytes.data());
+                  if (cross_) {
+                    runHier(ctx, [&] { alltoallAcrossHosts(*this, ctx, sends, sendBytes, recvs, recvBytes); });
+                  } else {
+                    comm_->alltoallv(ctx, sends.data(), sendBytes.data(), recvs.data(), recvBytes.data());
+                  }
                   for (int p = 0; p < size_; ++p) {
                     ops::copyBack(outs[p], dst[p]);
                   }
@@ -131,7 +166,13 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::barrier(const c10d::BarrierOptions&
     return nccl->barrier(opts);
   }
   return launch(c10d::OpType::BARRIER, "tuned:barrier", {}, {}, opts.asyncOp, opts.timeout, 0,
-                [this](const shm::OpContext& ctx) { comm_->barrier(ctx); });
+                [this](const shm::OpContext& ctx) {
+                  if (cross_) {
+                    runHier(ctx, [&] { hier::barrier(hierCtx(ctx)); });
+                  } else {
+                    comm_->barrier(ctx);
+                  }
+                });
 }
 
 }  // namespace tunedist

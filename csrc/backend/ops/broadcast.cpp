@@ -21,7 +21,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::broadcast(std::vector<at::Tensor>& 
   return launch(c10d::OpType::BROADCAST, "tuned:broadcast", tensors, tensors, opts.asyncOp, opts.timeout,
                 ops::tensorBytes(t), [this, t, root](const shm::OpContext& ctx) {
                   at::Tensor s = ops::staged(t);
-                  comm_->broadcast(ctx, s.data_ptr(), ops::tensorBytes(s), root);
+                  if (cross_) {
+                    runHier(ctx, [&] { hier::broadcast(hierCtx(ctx), s, root); });
+                  } else {
+                    comm_->broadcast(ctx, s.data_ptr(), ops::tensorBytes(s), root);
+                  }
                   if (rank_ != root) {
                     ops::copyBack(t, s);
                   }
@@ -47,8 +51,13 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reduce(std::vector<at::Tensor>& ten
   const int root = int(opts.rootRank);
   return launch(c10d::OpType::REDUCE, "tuned:reduce", tensors, tensors, opts.asyncOp, opts.timeout,
                 ops::tensorBytes(t), [this, t, args, root](const shm::OpContext& ctx) {
-                  at::Tensor s = ops::staged(t);
-                  comm_->reduce(ctx, s.data_ptr(), s.data_ptr(), size_t(s.numel()), args, root);
+                  // Across hosts: an all-reduce into a copy on the ranks other than the root.
+                  at::Tensor s = cross_ && rank_ != root ? t.contiguous().clone() : ops::staged(t);
+                  if (cross_) {
+                    runHier(ctx, [&] { hier::allreduce(hierCtx(ctx), s, args); });
+                  } else {
+                    comm_->reduce(ctx, s.data_ptr(), s.data_ptr(), size_t(s.numel()), args, root);
+                  }
                   if (rank_ == root) {
                     ops::copyBack(t, s);
                   }

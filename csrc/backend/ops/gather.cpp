@@ -41,7 +41,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::gather(std::vector<std::vector<at::
                       src = src.clone();
                     }
                   }
-                  comm_->gather(ctx, src.data_ptr(), ops::tensorBytes(src), blocks.data(), root);
+                  if (cross_) {
+                    runHier(ctx, [&] { hier::gather(hierCtx(ctx), src, staged, root); });
+                  } else {
+                    comm_->gather(ctx, src.data_ptr(), ops::tensorBytes(src), blocks.data(), root);
+                  }
                   for (size_t p = 0; p < outs.size(); ++p) {
                     ops::copyBack(outs[p], staged[p]);
                   }
@@ -84,7 +88,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::scatter(std::vector<at::Tensor>& ou
                                                                                     : ops::staged(ins[p]));
                     blocks[p] = staged.back().data_ptr();
                   }
-                  comm_->scatter(ctx, blocks.data(), dst.data_ptr(), ops::tensorBytes(dst), root);
+                  if (cross_) {
+                    runHier(ctx, [&] { hier::scatter(hierCtx(ctx), staged, dst, root); });
+                  } else {
+                    comm_->scatter(ctx, blocks.data(), dst.data_ptr(), ops::tensorBytes(dst), root);
+                  }
                   ops::copyBack(out, dst);
                 });
 }

@@ -74,6 +74,19 @@ void post(const c10::intrusive_ptr<TunedWork>& work, F&& start) {
   }
 }
 
+// The engine's rank for group rank `peer` (its position on this host). A peer on another host goes through
+// gloo (hier/p2p.cpp) and returns -1; for any source that is refused when the group spans hosts.
+int enginePeer(TunedBackend& backend, int peer, const char* op) {
+  const auto deadline = std::chrono::steady_clock::now() + backend.effectiveTimeout(std::chrono::milliseconds(0));
+  backend.hostLayout(deadline);
+  if (peer < 0) {
+    TORCH_CHECK(backend.crossHost() == nullptr, "tunedist: ", op, " from any source on rank ", backend.rank(),
+                ": this group spans several hosts, where a receive must name its source rank");
+    return -1;
+  }
+  return backend.localPeer(peer);
+}
+
 // Posts a receive of `t` from srcRank (-1: any source).
 c10::intrusive_ptr<c10d::Work> startRecv(TunedBackend& backend, const at::Tensor& t, int srcRank, int tag) {
   // Received into the caller's memory when it is contiguous; otherwise into a contiguous buffer copied back on
@@ -93,9 +106,21 @@ c10::intrusive_ptr<c10d::Work> startRecv(TunedBackend& backend, const at::Tensor
   } else {
     copyBack = [staged] {};  // keeps the tensor's storage alive until the bytes are in
   }
+  const int local = enginePeer(backend, srcRank, kRecv);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (srcRank >= 0 && local < 0) {
+    post(work, [&] {
+      backend.crossP2p().irecv(srcRank, tag, staged, deadline, completion(work, true, std::move(copyBack)));
+    });
+    return work;
+  }
+  // The engine reports its own positions: name the group rank instead.
+  auto done = completion(work, true, std::move(copyBack));
   post(work, [&] {
-    backend.p2p().irecv(srcRank, tag, staged.data_ptr(), ops::tensorBytes(staged),
-                        std::chrono::steady_clock::now() + timeout, completion(work, true, std::move(copyBack)));
+    backend.p2p().irecv(local, tag, staged.data_ptr(), ops::tensorBytes(staged), deadline,
+                        [&backend, done](std::exception_ptr error, int peer) {
+                          done(std::move(error), peer < 0 ? peer : backend.groupRankOnHost(peer));
+                        });
   });
   return work;
 }
@@ -120,8 +145,14 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tenso
                                              std::optional<std::vector<at::Tensor>>(tensors), timeout);
   trackWork(work);
   // The callback holds `staged`, so a copy lives until its bytes are out.
+  const int local = enginePeer(*this, dstRank, kSend);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (local < 0) {
+    post(work, [&] { crossP2p().isend(dstRank, tag, staged, deadline, completion(work, false, [staged] {})); });
+    return work;
+  }
   post(work, [&] {
-    p2p_->isend(dstRank, tag, staged.data_ptr(), ops::tensorBytes(staged), std::chrono::steady_clock::now() + timeout,
+    p2p_->isend(local, tag, staged.data_ptr(), ops::tensorBytes(staged), deadline,
                 completion(work, false, [staged] {}));
   });
   return work;

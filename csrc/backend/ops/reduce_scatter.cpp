@@ -6,8 +6,20 @@ namespace {
 
 // Reduces block p of every rank into rank p's `out`. Blocks are contiguous staged copies where needed; the
 // output may be our own input block (checked by pointer equality in the engine's element-wise reduce).
-void reduceScatterBlocks(shm::ShmComm& comm, const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks,
+void reduceScatterBlocks(TunedBackend& backend, const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks,
                          const at::Tensor& out, const shm::ReduceArgs& args) {
+  if (backend.crossHost() != nullptr) {
+    // Across hosts: the hierarchical all-reduce of every block, then our own block.
+    std::vector<at::Tensor> flat;
+    for (const auto& b : blocks) {
+      flat.push_back(b.reshape({-1}));
+    }
+    at::Tensor all = at::cat(flat);
+    backend.runHier(ctx, [&] { hier::allreduce(backend.hierCtx(ctx), all, args); });
+    out.copy_(all.narrow(0, int64_t(backend.rank()) * out.numel(), out.numel()).view(out.sizes()));
+    return;
+  }
+  shm::ShmComm& comm = backend.comm();
   std::vector<at::Tensor> staged;
   std::vector<const void*> ptrs;
   at::Tensor dst = ops::staged(out);
@@ -65,7 +77,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reduce_scatter(std::vector<at::Tens
   std::vector<at::Tensor> blocks = inputs[0];
   return launch(c10d::OpType::REDUCE_SCATTER, "tuned:reduce_scatter", outputs, blocks, opts.asyncOp, opts.timeout,
                 ops::tensorBytes(out) * size_t(size_), [this, out, blocks, args](const shm::OpContext& ctx) {
-                  reduceScatterBlocks(*comm_, ctx, blocks, out, args);
+                  reduceScatterBlocks(*this, ctx, blocks, out, args);
                 });
 }
 
@@ -84,7 +96,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::_reduce_scatter_base(at::Tensor& ou
   at::Tensor in = input;
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "tuned:reduce_scatter_tensor", {out}, {in}, opts.asyncOp,
                 opts.timeout, ops::tensorBytes(in), [this, out, in, args](const shm::OpContext& ctx) {
-                  reduceScatterBlocks(*comm_, ctx, chunksOf(in, size_), out, args);
+                  reduceScatterBlocks(*this, ctx, chunksOf(in, size_), out, args);
                 });
 }
 
@@ -110,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reduce_scatter_tensor_coalesced(
   return launch(c10d::OpType::COALESCED, "tuned:reduce_scatter_tensor_coalesced", outs, ins,
                 opts.asyncOp, opts.timeout, bytes, [this, outs, ins, args](const shm::OpContext& ctx) {
                   for (size_t i = 0; i < ins.size(); ++i) {
-                    reduceScatterBlocks(*comm_, ctx, chunksOf(ins[i], size_), outs[i], args[i]);
+                    reduceScatterBlocks(*this, ctx, chunksOf(ins[i], size_), outs[i], args[i]);
                   }
                 });
 }

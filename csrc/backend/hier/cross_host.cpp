@@ -1,0 +1,225 @@
+#include "backend/hier/cross_host.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <thread>
+
+#include "shm/error.h"
+
+namespace tunedist {
+namespace {
+
+constexpr const char* kGlooPrefix = "tunedist_gloo/";
+constexpr const char* kAbortKey = "tunedist_cross_abort";
+// A gloo operation is first polled quickly, then the store is checked for another host's failure this often.
+constexpr auto kFirstAbortCheck = std::chrono::milliseconds(20);
+constexpr auto kAbortCheckPeriod = std::chrono::milliseconds(100);
+constexpr auto kMaxPollSleep = std::chrono::microseconds(200);
+
+}  // namespace
+
+CrossHost::CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, shm::HostLayout layout, GlooFactory factory,
+                     std::chrono::milliseconds timeout)
+    : store_(std::move(store)), rank_(rank), layout_(std::move(layout)), factory_(std::move(factory)),
+      timeout_(timeout) {
+  TORCH_CHECK(factory_, "tunedist: rank ", rank_, ": this process group spans ", layout_.numHosts(),
+              " hosts, which needs gloo between hosts, but no gloo factory was given (C++ programs: set "
+              "TunedBackend::Options::glooFactory; Python sets it for you)");
+}
+
+CrossHost::~CrossHost() {
+  if (failed()) {
+    // See the header: a failed group's gloo groups may hold operations stuck on dead peers.
+    for (auto& [members, pg] : groups_) {
+      (void)pg.release();
+    }
+  }
+}
+
+std::vector<int> CrossHost::leaders() const {
+  std::vector<int> out;
+  for (const auto& h : layout_.hosts) {
+    out.push_back(h[0]);
+  }
+  return out;
+}
+
+std::vector<int> CrossHost::everyone() const {
+  std::vector<int> out(layout_.hostOf.size());
+  for (size_t r = 0; r < out.size(); ++r) {
+    out[r] = int(r);
+  }
+  return out;
+}
+
+int CrossHost::indexIn(const std::vector<int>& members) const {
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == rank_) {
+      return int(i);
+    }
+  }
+  TORCH_INTERNAL_ASSERT(false, "rank ", rank_, " is not in gloo group ", shm::ranksText(members));
+}
+
+c10::intrusive_ptr<c10d::Backend> CrossHost::group(const std::vector<int>& members, const std::string& kind) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto key = std::make_pair(kind, members);
+  auto it = groups_.find(key);
+  if (it == groups_.end()) {
+    // Creation waits for the other members: not under the lock, so another thread may create another group.
+    lock.unlock();
+    std::string name = kind + ":";
+    for (int r : members) {
+      name += std::to_string(r) + ",";
+    }
+    // Point-to-point pairs are created on the pairs' own threads, concurrently: each creation gets its own store
+    // connection, since gloo's rendezvous blocks in store waits and one TCPStore client serialises its calls (two
+    // creations sharing one could wait on each other across ranks in a cycle, e.g. a ring of sends).
+    auto base = kind == "c" ? store_ : store_->clone();
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(kGlooPrefix + name, base);
+    auto pg = factory_(prefixed, indexIn(members), int(members.size()), timeout_);
+    TORCH_CHECK(pg, "tunedist: the gloo factory returned no backend");
+    lock.lock();
+    it = groups_.emplace(key, std::move(pg)).first;
+  }
+  return it->second;
+}
+
+std::chrono::milliseconds CrossHost::remaining(const shm::OpContext& ctx) const {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+void CrossHost::checkRemoteAbort() {
+  if (store_->check({kAbortKey})) {
+    std::vector<uint8_t> v = store_->get(kAbortKey);
+    fail(std::string(v.begin(), v.end()));
+  }
+}
+
+void CrossHost::wait(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx) {
+  glooOps_.fetch_add(1, std::memory_order_relaxed);
+  const auto start = std::chrono::steady_clock::now();
+  auto nextCheck = start + kFirstAbortCheck;
+  auto pause = std::chrono::microseconds(5);
+  while (!work->isCompleted()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= ctx.deadline) {
+      throw TimeoutError(c10::str("timed out after ", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          now - start).count(),
+                                  " ms waiting for the ranks on other hosts"));
+    }
+    if (now >= nextCheck) {
+      checkRemoteAbort();
+      throwIfFailed(ctx);
+      nextCheck = now + kAbortCheckPeriod;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kMaxPollSleep);
+  }
+  work->wait();
+}
+
+std::vector<std::vector<int64_t>> CrossHost::gatherDescs(const std::vector<int>& members, const shm::OpContext& ctx,
+                                                         const std::vector<int64_t>& desc) {
+  at::Tensor mine = at::tensor(desc, at::kLong);
+  std::vector<at::Tensor> ins{mine};
+  std::vector<std::vector<at::Tensor>> outs(1);
+  for (size_t i = 0; i < members.size(); ++i) {
+    outs[0].push_back(at::empty_like(mine));
+  }
+  c10d::AllgatherOptions opts;
+  opts.timeout = remaining(ctx);
+  wait(group(members)->allgather(outs, ins, opts), ctx);
+  metaBytes_.fetch_add(desc.size() * sizeof(int64_t) * members.size(), std::memory_order_relaxed);
+  std::vector<std::vector<int64_t>> all;
+  for (const auto& t : outs[0]) {
+    const int64_t* p = t.data_ptr<int64_t>();
+    all.emplace_back(p, p + t.numel());
+  }
+  return all;
+}
+
+void CrossHost::agree(const std::vector<int>& members, const shm::OpContext& ctx, const std::vector<int64_t>& desc,
+                      const std::vector<const char*>& fieldNames) {
+  auto all = gatherDescs(members, ctx, desc);
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t f = 0; f < desc.size(); ++f) {
+      if (all[i][f] != desc[f]) {
+        const char* field = f < fieldNames.size() ? fieldNames[f] : "metadata";
+        TORCH_CHECK(false, "ranks disagree on the operation: rank ", members[i], " has ", field, "=", all[i][f],
+                    " but rank ", rank_, " has ", field, "=", desc[f],
+                    " (every rank must call the same collective with matching sizes, dtypes, ops and roots)");
+      }
+    }
+  }
+}
+
+CrossHostStats CrossHost::stats() const {
+  return CrossHostStats{dataBytes_.load(), metaBytes_.load(), glooOps_.load()};
+}
+
+void CrossHost::throwIfFailed(const shm::OpContext& ctx) {
+  if (!failed()) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(failMutex_);
+  throw Error(c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_,
+                       ": the process group is unusable after an earlier failure: ", failure_,
+                       " Destroy the group and create a new one."));
+}
+
+void CrossHost::fail(const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(failMutex_);
+    if (failed_.load()) {
+      return;
+    }
+    failure_ = message;
+    failed_.store(true, std::memory_order_release);
+  }
+  try {
+    // compareSet keeps the first failure of the group: later ones do not overwrite it.
+    std::vector<uint8_t> none;
+    store_->compareSet(kAbortKey, none, std::vector<uint8_t>(message.begin(), message.end()));
+  } catch (const std::exception&) {
+    // The store is gone with its host: peers then fail on gloo or on the store themselves.
+  }
+}
+
+void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<void(const std::string&)>& abortLocal,
+                  const std::function<void()>& body) {
+  x.throwIfFailed(ctx);
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
+      what = ce->what_without_backtrace();
+    }
+    std::string full;
+    if (what.rfind("tunedist: ", 0) == 0) {
+      full = what;  // already ours: from this host's shared memory, or a failure shared by another rank
+      if (x.localSize() > 1 && what.find("shared-memory ranks") == std::string::npos) {
+        full += c10::str(" [host ", x.host(), ": shared-memory ranks 0..", x.localSize() - 1, " are group ranks ",
+                         shm::ranksText(x.layout().hosts[size_t(x.host())]), "]");
+      }
+    } else {
+      const bool closed = what.find("onnection") != std::string::npos || what.find("closed") != std::string::npos ||
+                          what.find("reset") != std::string::npos;
+      full = c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", x.rank(), " of ", x.size(),
+                      " (host ", x.host(), " of ", x.layout().numHosts(), "): ",
+                      closed ? "a rank on another host is dead or closed its connection: " : "", what);
+    }
+    x.fail(full);
+    abortLocal(full);
+    if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {
+      throw TimeoutError(full);
+    }
+    throw Error(full);
+  }
+}
+
+}  // namespace tunedist
