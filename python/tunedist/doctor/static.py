@@ -5,8 +5,8 @@ Each check returns one Finding (ok / warn / fail, evidence, fix); a check that d
 threads, cores, shm_dir), so tests reach every verdict without a GPU or root.
 
 - backend.cpu: the initialised group's backend for CPU tensors (dist.get_backend_config). ok: tuned or gloo;
-  fail: tuned on a group that spans hosts (WORLD_SIZE > LOCAL_WORLD_SIZE), or no CPU backend while the model is on
-  the CPU (warn without a model).
+  a group that spans hosts (WORLD_SIZE > LOCAL_WORLD_SIZE) on tuned is ok too (shared memory inside each host, gloo
+  between hosts); fail: no CPU backend while the model is on the CPU (warn without a model).
 - backend.cuda (GPU only): ok: nccl; warn: gloo (CUDA tensors through host memory); fail: none while the model is on
   CUDA (warn without a model).
 - model.data_parallel: the model (or DDP's module) is a torch.nn.DataParallel: warn.
@@ -100,9 +100,8 @@ def check_cpu_backend(m: Machine, backends: dict[str, str] | None, model_dev: st
     world = dist.get_world_size(group)
     local = m.int_env("LOCAL_WORLD_SIZE", world)
     if name == "tuned" and world > local:
-        return Finding(check, "fail", f"cpu -> tuned but the group spans hosts (WORLD_SIZE={world}, "
-                       f"LOCAL_WORLD_SIZE={local}); tuned runs among the ranks of one host",
-                       'use "cpu:gloo" for groups that span hosts, tuned for one-host (sub)groups')
+        return Finding(check, "ok", f"cpu -> tuned; the group spans hosts (WORLD_SIZE={world}, "
+                       f"LOCAL_WORLD_SIZE={local}): shared memory inside each host, gloo between hosts")
     if name in ("tuned", "gloo"):
         hint = ("; all ranks are on this host, where tuned's shared-memory collectives beat gloo's loopback TCP "
                 '(init_process_group("cpu:tuned,cuda:nccl"))' if name == "gloo" and world == local > 1 else "")
