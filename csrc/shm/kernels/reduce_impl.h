@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #endif
 
+#include "shm/kernels/compress_impl.h"
 #include "shm/kernels/convert_impl.h"
 #include "shm/kernels/kernel_table_impl.h"
 
@@ -333,6 +334,10 @@ constexpr KernelTable buildKernelTable() {
   addInteger<int64_t>(t, DType::kInt64);
   addBool(t);
   t.copy = &copyKernel;
+  t.compress[0] = &compressKernel<true>;
+  t.compress[1] = &compressKernel<false>;
+  t.decompress[0] = &decompressKernel<true>;
+  t.decompress[1] = &decompressKernel<false>;
   return t;
 }
 
