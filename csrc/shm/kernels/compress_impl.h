@@ -71,14 +71,16 @@ inline void compressBf16Block(uint16_t* __restrict out, const float* __restrict 
   for (; i < n; ++i) out[i] = floatToBf16(bf16ToFloat(floatToBf16(in[i])) / divisor);
 }
 
-inline void widenHalfInto(float* __restrict out, const uint16_t* __restrict in, size_t n) {
+// fp16 -> float for a block: F16C where the level has it, else the manual conversion. Also used by reduce_impl.h.
+inline void widenHalfBlock(float* __restrict dst, const uint16_t* __restrict src, size_t n) {
   size_t i = 0;
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
 #endif
-  for (; i < n; ++i) out[i] = halfToFloat(in[i]);
+  for (; i < n; ++i) dst[i] = halfToFloat(src[i]);
 }
 
 inline void widenBf16Into(float* __restrict out, const uint16_t* __restrict in, size_t n) {
@@ -97,7 +99,7 @@ void compressRange(uint16_t* __restrict out, const float* __restrict in, size_t 
 template <bool kIsHalf>
 void widenRange(float* __restrict out, const uint16_t* __restrict in, size_t n) {
   if constexpr (kIsHalf) {
-    widenHalfInto(out, in, n);
+    widenHalfBlock(out, in, n);
   } else {
     widenBf16Into(out, in, n);
   }
