@@ -82,8 +82,8 @@ def hook_cases():
     from tunedist.hooks import default as td_default  # noqa: PLC0415
     from tunedist.hooks import powerSGD as td_psgd  # noqa: PLC0415
 
-    cases = [("fp16", 0.8, (torch_default.fp16_compress_hook, lambda: None),
-              (td_default.fp16_compress_hook, lambda: None))]
+    cases = [(name, 0.8, (getattr(torch_default, f"{name}_compress_hook"), lambda: None),
+              (getattr(td_default, f"{name}_compress_hook"), lambda: None)) for name in ("fp16", "bf16")]
     for rank in (1, 2, 4):
         for warm in (True, False):
             opts = dict(matrix_approximation_rank=rank, start_powerSGD_iter=2, warm_start=warm)

@@ -1,13 +1,11 @@
-// Compression kernels; see tunedist/hooks/kernels.h. Conversions and divisions are ATen's own (vectorised, and
-// rounding exactly as torch's hooks do); what is ours is where they run: in place, without a second buffer.
+// Compression kernels; see tunedist/hooks/kernels.h. fp16/bf16 compression of CPU float32 tensors runs the engine's
+// fused one-pass kernels (shm/kernels/compress.h: cast, divide, cast again, rounding as torch's hooks; in place
+// without a second buffer); other devices or layouts use ATen's copy_ and div_.
 #include "tunedist/hooks/kernels.h"
 
+#include <cstdint>
 
-#include <algorithm>
-#include <cstring>
-#include <utility>
-#include <vector>
-
+#include "shm/kernels/compress.h"
 
 namespace tunedist::hooks {
 namespace {
@@ -20,16 +18,14 @@ void checkPair(const at::Tensor& lowp, const at::Tensor& wide, const char* op) {
   TORCH_CHECK(lowp.device() == wide.device(), "tunedist.hooks.", op, ": tensors on different devices");
 }
 
-// In place, by doubling chunks: elements [a, b) are read from bytes [4a, 4b) (float32) and written to bytes
-// [2a, 2b) (16-bit); the two ranges do not overlap when b <= 2a. So after element 0 the chunks [1, 2), [2, 4),
-// [4, 8), ... each convert with one vectorised ATen copy, and compressing them in increasing order only overwrites
-// floats an earlier chunk has read. Widening runs the same chunks in decreasing order.
-template <typename Fn>
-void forEachChunk(int64_t n, bool increasing, Fn fn) {
-  std::vector<std::pair<int64_t, int64_t>> chunks;
-  for (int64_t a = 1; a < n; a *= 2) chunks.emplace_back(a, std::min(2 * a, n));
-  if (!increasing) std::reverse(chunks.begin(), chunks.end());
-  for (auto [a, b] : chunks) fn(a, b - a);
+shm::LowPrecision lowPrecision(at::ScalarType dtype) {
+  return dtype == at::kHalf ? shm::LowPrecision::kFloat16 : shm::LowPrecision::kBFloat16;
+}
+
+// Whether the fused kernels handle this pair: CPU, contiguous, float32 on the wide side.
+bool fusedPair(const at::Tensor& lowp, const at::Tensor& wide) {
+  return lowp.is_cpu() && wide.is_cpu() && wide.scalar_type() == at::kFloat && lowp.is_contiguous() &&
+         wide.is_contiguous();
 }
 
 }  // namespace
@@ -41,15 +37,12 @@ bool canCompressInPlace(const at::Tensor& buffer) {
 at::Tensor compressInPlace(at::Tensor& buffer, at::ScalarType dtype, int64_t divisor) {
   TORCH_CHECK(canCompressInPlace(buffer), "tunedist.hooks.compressInPlace: needs a contiguous 1-D CPU float32 tensor");
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "tunedist.hooks.compressInPlace: float16 or bfloat16");
-  TORCH_CHECK(divisor > 0, "tunedist.hooks.compressInPlace: divisor must be positive, got ", divisor);
+  TORCH_CHECK(divisor > 0 && divisor <= INT32_MAX, "tunedist.hooks.compressInPlace: divisor must be in [1, 2^31), got ",
+              divisor);
   const int64_t n = buffer.numel();
   at::Tensor view = buffer.view(dtype).narrow(0, 0, n);
-  if (n == 0) return view;
-  // Element 0 shares its bytes with its own result: through a temporary.
-  view.narrow(0, 0, 1).copy_(buffer.narrow(0, 0, 1).clone());
-  forEachChunk(n, true, [&](int64_t a, int64_t len) { view.narrow(0, a, len).copy_(buffer.narrow(0, a, len)); });
-  // The division in the low precision, as torch's `to(dtype).div_(size)`.
-  view.div_(divisor);
+  shm::compressToLowPrecision(lowPrecision(dtype), view.data_ptr(), buffer.data_ptr(), static_cast<size_t>(n),
+                              static_cast<int>(divisor));
   return view;
 }
 
@@ -57,21 +50,30 @@ void decompressInPlace(at::Tensor& buffer, const at::Tensor& view, const at::Ten
   TORCH_CHECK(canCompressInPlace(buffer) && view.numel() == buffer.numel() && view.data_ptr() == buffer.data_ptr(),
               "tunedist.hooks.decompressInPlace: `view` is not the compressInPlace view of `buffer`");
   if (reduced.data_ptr() != view.data_ptr()) view.copy_(reduced);
-  const int64_t n = buffer.numel();
-  if (n == 0) return;
-  forEachChunk(n, false, [&](int64_t a, int64_t len) { buffer.narrow(0, a, len).copy_(view.narrow(0, a, len)); });
-  buffer.narrow(0, 0, 1).copy_(view.narrow(0, 0, 1).clone());
+  shm::widenFromLowPrecision(lowPrecision(view.scalar_type()), buffer.data_ptr(), view.data_ptr(),
+                             static_cast<size_t>(buffer.numel()));
 }
 
 void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor) {
   checkPair(dst, src, "compressInto");
-  TORCH_CHECK(divisor > 0, "tunedist.hooks.compressInto: divisor must be positive, got ", divisor);
+  TORCH_CHECK(divisor > 0 && divisor <= INT32_MAX, "tunedist.hooks.compressInto: divisor must be in [1, 2^31), got ",
+              divisor);
+  if (fusedPair(dst, src)) {
+    shm::compressToLowPrecision(lowPrecision(dst.scalar_type()), dst.data_ptr(), src.data_ptr(),
+                                static_cast<size_t>(src.numel()), static_cast<int>(divisor));
+    return;
+  }
   dst.copy_(src.view_as(dst));
   if (divisor != 1) dst.div_(divisor);
 }
 
 void decompressInto(at::Tensor& dst, const at::Tensor& src) {
   checkPair(src, dst, "decompressInto");
+  if (fusedPair(src, dst)) {
+    shm::widenFromLowPrecision(lowPrecision(src.scalar_type()), dst.data_ptr(), src.data_ptr(),
+                               static_cast<size_t>(src.numel()));
+    return;
+  }
   dst.copy_(src.view_as(dst));
 }
 

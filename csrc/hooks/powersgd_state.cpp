@@ -2,6 +2,7 @@
 #include "tunedist/hooks/powersgd_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
@@ -76,6 +77,33 @@ FuturePtr startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const Group
   return allreduceMean(group, bucket.getBufferRef());
 }
 
+namespace {
+
+// input += error, then error = input: one pass over both for contiguous CPU float32 (the same float additions as
+// add_, so the same bits), ATen's add_ and copy_ otherwise.
+void addAndRemember(at::Tensor& input, at::Tensor& error) {
+  const bool fused = input.is_cpu() && error.is_cpu() && input.scalar_type() == at::kFloat &&
+                     error.scalar_type() == at::kFloat && input.is_contiguous() && error.is_contiguous();
+  if (!fused) {
+    input.add_(error);
+    error.copy_(input);
+    return;
+  }
+  float* in = input.data_ptr<float>();
+  float* err = error.data_ptr<float>();
+  at::parallel_for(0, input.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    float* __restrict a = in + begin;
+    float* __restrict b = err + begin;
+    for (int64_t i = 0; i < end - begin; ++i) {
+      const float sum = a[i] + b[i];
+      a[i] = sum;
+      b[i] = sum;
+    }
+  });
+}
+
+}  // namespace
+
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op) {
   auto it = state.errorDict.find(bucketIndex);
   if (it == state.errorDict.end()) {
@@ -87,7 +115,8 @@ void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& inp
                 ". The buckets changed since the state was saved (another model, bucket_cap_mb or parameter "
                 "order?); start PowerSGD after DDP's bucket rebuild (start_powerSGD_iter >= 2) and restore the "
                 "state into the same model configuration.");
-    input.add_(it->second);
+    addAndRemember(input, it->second);
+    return;
   }
   it->second.copy_(input);
 }

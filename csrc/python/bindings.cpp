@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/backend.h"
@@ -112,6 +113,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::activeSimdLevel())); });
   m.def("best_simd_level",
         [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::detectSimdLevel())); });
+  // Tests pin a level to compare kernels across levels in one process; throws if the CPU lacks it.
+  m.def("force_simd_level", [](const std::string& name) {
+    for (auto level : {tunedist::shm::SimdLevel::kScalar, tunedist::shm::SimdLevel::kAvx2,
+                       tunedist::shm::SimdLevel::kAvx512}) {
+      if (name == tunedist::shm::simdLevelName(level)) return tunedist::shm::forceSimdLevel(level);
+    }
+    throw std::invalid_argument("tunedist._C.force_simd_level: unknown SIMD level '" + name +
+                                "' (expected scalar, avx2 or avx512)");
+  });
+  m.def("reset_simd_level", &tunedist::shm::resetSimdLevel);
   m.def("measure_copy_gbps", &measureCopyGbps, py::arg("nbytes"), py::arg("reps"));
   m.def(
       "reserved_shm_bytes",

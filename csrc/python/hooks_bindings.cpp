@@ -168,5 +168,9 @@ void tunedist::bindHooks(py::module& parent) {
         py::arg("wrapper"));
   m.def("compress_into", [](at::Tensor dst, const at::Tensor& src, int64_t d) { compressInto(dst, src, d); });
   m.def("decompress_into", [](at::Tensor dst, const at::Tensor& src) { decompressInto(dst, src); });
+  m.def("compress_in_place", [](at::Tensor buffer, const std::string& precision, int64_t d) {
+    return compressInPlace(buffer, lowPrecision(precision, "tunedist.hooks.compress_in_place"), d);
+  });
+  m.def("decompress_in_place", [](at::Tensor buffer, const at::Tensor& view) { decompressInPlace(buffer, view, view); });
   m.def("orthogonalize", [](at::Tensor t, double eps) { orthogonalize(t, eps); });
 }

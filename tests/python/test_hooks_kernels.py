@@ -1,8 +1,9 @@
 """The hooks' building blocks against what torch's hooks use, in one process (no process group):
 
 * ``NumpyRandomState`` (C++) draws what numpy's legacy ``RandomState`` draws, for many seeds and bounds;
-* the fused fp16/bf16 compression equals ``x.to(dtype).div_(world_size)`` bit for bit, special values included,
-  and decompression equals ``copy_``;
+* the fused fp16/bf16 compression equals ``x.to(dtype).div_(world_size)`` bit for bit, special values included
+  (NaNs: NaN-ness only; torch's own NaN bits differ between its vector loop and its scalar tail), and
+  decompression equals ``copy_``, at every SIMD level, in place and into another buffer, at odd offsets;
 * ``orthogonalize`` equals torch's ``_orthogonalize`` (Gram-Schmidt for rank <= 2, QR above) bit for bit.
 """
 
@@ -62,6 +63,79 @@ def test_compress_matches_torch_cast_then_divide(dtype, world_size):
     back = torch.empty_like(x)
     hooks.decompress_into(back, out)
     assert torch.equal(torch.nan_to_num(back, nan=7.0), torch.nan_to_num(out.float(), nan=7.0))
+
+
+_LEVELS = ["scalar", "avx2", "avx512"]
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@pytest.fixture(params=_LEVELS)
+def simd_level(request):
+    order = _LEVELS.index
+    if order(request.param) > order(_C.best_simd_level()):
+        pytest.skip(f"this CPU has no {request.param}")
+    _C.force_simd_level(request.param)
+    yield request.param
+    _C.reset_simd_level()
+
+
+def _assert_same_low(out: torch.Tensor, ref: torch.Tensor):
+    nan = ref.isnan()
+    assert torch.equal(out.isnan(), nan)
+    assert torch.equal(out.view(torch.int16)[~nan], ref.view(torch.int16)[~nan])
+
+
+def _assert_same_float(out: torch.Tensor, ref: torch.Tensor):
+    nan = ref.isnan()
+    assert torch.equal(out.isnan(), nan)
+    assert torch.equal(out.view(torch.int32)[~nan], ref.view(torch.int32)[~nan])
+
+
+def _inputs(n: int) -> torch.Tensor:
+    """n values: random magnitudes over fp16's and bf16's whole ranges, with specials and halfway ties mixed in."""
+    base = _special_values()
+    ties = torch.tensor([1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 3 * 2.0**-25,
+                         2.0**-24 + 2.0**-26, 1e-40, -1e-45, float("nan"), -float("nan")])
+    pool = torch.cat([ties, base[-13:], base])
+    return pool.repeat(n // pool.numel() + 1)[:n].clone()
+
+
+_SIZES = [0, 1, 7, 8, 9, 1000, 1000003]
+
+
+@pytest.mark.parametrize("precision", list(_DTYPES))
+def test_fused_kernels_match_torch_at_every_level(simd_level, precision):
+    dtype = _DTYPES[precision]
+    for n in _SIZES:
+        for world_size in [1, 3, 7]:
+            x = _inputs(n)
+            ref = x.to(dtype).div_(world_size)
+            # Into another buffer, both at odd (unaligned) element offsets.
+            src = torch.cat([torch.zeros(1), x])[1:]
+            dst = torch.empty(n + 1, dtype=dtype)[1:]
+            hooks.compress_into(dst, src, world_size)
+            _assert_same_low(dst, ref)
+            wide = torch.empty(n + 3)[3:]
+            hooks.decompress_into(wide, dst)
+            _assert_same_float(wide, ref.float())
+            # In place, in a bucket that starts at an odd offset of its storage.
+            bucket = torch.cat([torch.zeros(1), x])[1:]
+            view = hooks.compress_in_place(bucket, precision, world_size)
+            assert view.data_ptr() == bucket.data_ptr() and view.dtype == dtype
+            _assert_same_low(view, ref)
+            hooks.decompress_in_place(bucket, view)
+            _assert_same_float(bucket, ref.float())
+
+
+def test_fused_kernels_refuse_partial_overlap():
+    storage = torch.zeros(16)
+    with pytest.raises(RuntimeError, match="overlap partially"):
+        hooks.compress_into(storage[4:].view(torch.float16)[:8], storage[:8], 2)
+
+
+def test_force_simd_level_rejects_unknown_level():
+    with pytest.raises(ValueError, match="unknown SIMD level 'sse9'"):
+        _C.force_simd_level("sse9")
 
 
 def test_compress_rejects_mismatched_sizes():

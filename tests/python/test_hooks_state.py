@@ -92,9 +92,10 @@ def test_compressed_hooks_send_half_bytes(precision):
             assert sum(c[1] for c in calls) == report["steps"] * report["param_numel"], (label, calls)
             assert len(calls) > report["steps"], f"{label}: expected several buckets per step"
         native = report["native"]
-        # Reused buffers: the low-precision storages of all steps together hold at most one fp32 bucket.
-        largest_bucket_fp32_bytes = 4 * max(c[1] for c in native["calls"])
-        assert native["distinct_storage_bytes"] <= largest_bucket_fp32_bytes, native
+        # No extra memory: CPU float32 buckets are compressed in place, so every low-precision tensor lies in a
+        # storage of exactly its fp32 bucket's size (the bucket's own), and those are reused from step to step.
+        # (Summing distinct storage addresses instead would measure where the allocator put DDP's buckets.)
+        assert all(c[3] == 4 * c[1] for c in native["calls"]), native
         assert native["distinct_storages"] < len(native["calls"]), "the native hook did not reuse its buffers"
 
 

@@ -54,7 +54,9 @@ int readEnvLevel() {
   return kNotForced;
 }
 
-const kernels::KernelTable& activeTable() {
+}  // namespace
+
+const kernels::KernelTable& kernels::activeKernelTable() {
   switch (activeSimdLevel()) {
     case SimdLevel::kScalar: return kernels::scalar::kKernelTable;
     case SimdLevel::kAvx2: return kernels::avx2::kKernelTable;
@@ -64,6 +66,7 @@ const kernels::KernelTable& activeTable() {
   return kernels::scalar::kKernelTable;
 }
 
+namespace {
 bool rangesOverlap(const void* a, const void* b, size_t bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a);
   const auto y = reinterpret_cast<uintptr_t>(b);
@@ -138,14 +141,14 @@ void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc
              " (it may only be the same buffer or disjoint)");
   }
   const kernels::ReduceFn fn =
-      activeTable().reduce[static_cast<int>(args.dtype)][static_cast<int>(args.op)];
+      kernels::activeKernelTable().reduce[static_cast<int>(args.dtype)][static_cast<int>(args.op)];
   TD_ASSERT(fn != nullptr, "no kernel for ", redOpName(args.op), " on ", dtypeName(args.dtype));
   fn(args, out, srcs, nsrc, count);
 }
 
 void copyBytes(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
-  activeTable().copy(dst, src, bytes);
+  kernels::activeKernelTable().copy(dst, src, bytes);
 }
 
 void copyBytesCached(void* dst, const void* src, size_t bytes) {

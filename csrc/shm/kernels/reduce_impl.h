@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #endif
 
+#include "shm/kernels/compress_impl.h"
 #include "shm/kernels/convert_impl.h"
 #include "shm/kernels/kernel_table_impl.h"
 
@@ -140,17 +141,7 @@ struct PremulSumOp {
 };
 
 // ---- fp16 block conversions: F16C where the level has it (4x faster than the manual code), else manual. ----
-
-inline void widenHalfBlock(float* __restrict dst, const uint16_t* __restrict src, size_t n) {
-  size_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = halfToFloat(src[i]);
-}
+// (widenHalfBlock is in compress_impl.h, which the compression kernels share.)
 
 inline void narrowHalfBlock(uint16_t* __restrict dst, const float* __restrict src, size_t n) {
   size_t i = 0;
@@ -333,6 +324,10 @@ constexpr KernelTable buildKernelTable() {
   addInteger<int64_t>(t, DType::kInt64);
   addBool(t);
   t.copy = &copyKernel;
+  t.compress[0] = &compressKernel<true>;
+  t.compress[1] = &compressKernel<false>;
+  t.decompress[0] = &decompressKernel<true>;
+  t.decompress[1] = &decompressKernel<false>;
   return t;
 }
 
