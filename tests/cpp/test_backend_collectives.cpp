@@ -8,9 +8,12 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,20 +25,23 @@ namespace {
 using BackendPtr = c10::intrusive_ptr<c10d::Backend>;
 constexpr std::chrono::milliseconds kTimeout{60000};
 
-// Runs body(rank, backend) on `size` threads, each with its own backend over one HashStore; rethrows the first
-// failure of any rank (with the rank in front) after all threads ended.
+// Runs body(rank, backend) on `size` threads, each with its own backend over one HashStore, and reports every rank's
+// failure (with the rank in front) from the test's thread after all threads ended. Catch2's assertion macros are
+// not thread-safe, so the rank threads only throw (expect() below); nothing in them calls REQUIRE or INFO.
 void runRanks(int size, const std::function<void(int, BackendPtr&)>& body) {
   static int groupCounter = 0;
   auto store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(++groupCounter),
                                                       c10::make_intrusive<c10d::HashStore>());
   std::mutex mutex;
   std::vector<std::string> failures;
+  std::atomic<int> finished{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
         BackendPtr backend = tunedist::createBackend(store, r, size, kTimeout);
         body(r, backend);
+        finished.fetch_add(1);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);
         failures.push_back("rank " + std::to_string(r) + ": " + e.what());
@@ -48,6 +54,8 @@ void runRanks(int size, const std::function<void(int, BackendPtr&)>& body) {
   for (const auto& f : failures) {
     FAIL_CHECK(f);
   }
+  CHECK(failures.empty());
+  CHECK(finished.load() == size);
 }
 
 // The value rank r contributes at element i: small integers, exact in every dtype (bf16 holds 8 bits of mantissa).
@@ -85,7 +93,7 @@ at::Tensor expected(c10d::ReduceOp::RedOpType op, int size, int64_t n, at::Scala
         acc = at::bitwise_xor(acc, x);
         break;
       default:
-        FAIL("unexpected op");
+        throw std::runtime_error("unexpected op");
     }
   }
   if (op == c10d::ReduceOp::AVG) {
@@ -94,12 +102,20 @@ at::Tensor expected(c10d::ReduceOp::RedOpType op, int size, int64_t n, at::Scala
   return acc.to(dtype);
 }
 
-void requireEqual(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  INFO(what << "\ngot  " << got.slice(0, 0, std::min<int64_t>(8, got.numel())) << "\nwant "
-            << want.slice(0, 0, std::min<int64_t>(8, want.numel())));
-  REQUIRE(got.sizes() == want.sizes());
-  REQUIRE(got.scalar_type() == want.scalar_type());
-  REQUIRE(at::equal(got, want));
+void expect(bool cond, const std::string& what) {
+  if (!cond) {
+    throw std::runtime_error(what);
+  }
+}
+
+void expectEqual(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  if (got.sizes() == want.sizes() && got.scalar_type() == want.scalar_type() && at::equal(got, want)) {
+    return;
+  }
+  std::ostringstream os;
+  os << what << "\ngot  " << got.slice(0, 0, std::min<int64_t>(8, got.numel())) << "\nwant "
+     << want.slice(0, 0, std::min<int64_t>(8, want.numel()));
+  throw std::runtime_error(os.str());
 }
 
 }  // namespace
@@ -130,7 +146,7 @@ TEST_CASE("backend all_reduce: every dtype and op against closed-form values", "
         c10d::AllreduceOptions opts;
         opts.reduceOp = c10d::ReduceOp(op);
         backend->allreduce(t, opts)->wait();
-        requireEqual(t[0], expected(op, size, n, c.dtype),
+        expectEqual(t[0], expected(op, size, n, c.dtype),
                      std::string("all_reduce ") + c10::toString(c.dtype) + " op " + std::to_string(int(op)) +
                          " n " + std::to_string(n) + " world " + std::to_string(size));
       }
@@ -148,14 +164,14 @@ TEST_CASE("backend broadcast, all_gather, reduce_scatter, all_to_all, barrier", 
       c10d::BroadcastOptions opts;
       opts.rootRank = root;
       backend->broadcast(t, opts)->wait();
-      requireEqual(t[0], rankValue(root), "broadcast from root " + std::to_string(root));
+      expectEqual(t[0], rankValue(root), "broadcast from root " + std::to_string(root));
     }
 
     at::Tensor gathered = at::empty({n * size}, at::kFloat);
     at::Tensor mine = rankValue(rank);
     backend->_allgather_base(gathered, mine)->wait();
     for (int r = 0; r < size; ++r) {
-      requireEqual(gathered.slice(0, r * n, (r + 1) * n), rankValue(r), "all_gather_into_tensor block " +
+      expectEqual(gathered.slice(0, r * n, (r + 1) * n), rankValue(r), "all_gather_into_tensor block " +
                                                                              std::to_string(r));
     }
 
@@ -166,7 +182,7 @@ TEST_CASE("backend broadcast, all_gather, reduce_scatter, all_to_all, barrier", 
     }
     at::Tensor out = at::empty({n}, at::kFloat);
     backend->_reduce_scatter_base(out, input)->wait();
-    requireEqual(out, at::full({n}, double(size * rank + size * (size - 1) / 2), at::kFloat), "reduce_scatter");
+    expectEqual(out, at::full({n}, double(size * rank + size * (size - 1) / 2), at::kFloat), "reduce_scatter");
 
     // all_to_all_single with even splits: rank r sends 100 * r + q to rank q.
     at::Tensor send = at::empty({n * size}, at::kFloat);
@@ -177,7 +193,7 @@ TEST_CASE("backend broadcast, all_gather, reduce_scatter, all_to_all, barrier", 
     std::vector<int64_t> noSplits;
     backend->alltoall_base(recv, send, noSplits, noSplits)->wait();
     for (int q = 0; q < size; ++q) {
-      requireEqual(recv.slice(0, q * n, (q + 1) * n), at::full({n}, double(100 * q + rank), at::kFloat),
+      expectEqual(recv.slice(0, q * n, (q + 1) * n), at::full({n}, double(100 * q + rank), at::kFloat),
                    "all_to_all block from " + std::to_string(q));
     }
     backend->barrier()->wait();
@@ -191,12 +207,12 @@ TEST_CASE("backend Work: op type, increasing sequence numbers, future holding th
     auto second = backend->allreduce(t);
     second->wait();
     first->wait();
-    REQUIRE(first->retrieveOpType() == c10d::OpType::ALLREDUCE);
-    REQUIRE(second->getSequencenumber() == first->getSequencenumber() + 1);
+    expect(first->retrieveOpType() == c10d::OpType::ALLREDUCE, "op type");
+    expect(second->getSequencenumber() == first->getSequencenumber() + 1, "sequence numbers");
     auto value = second->getFuture()->value();
-    REQUIRE(value.isTensorList());
-    REQUIRE(value.toTensorList().get(0).data_ptr() == t[0].data_ptr());
-    requireEqual(t[0], at::full({16}, 4.0, at::kFloat), "two all_reduces of ones on 2 ranks");
+    expect(value.isTensorList(), "the future holds a tensor list");
+    expect(value.toTensorList().get(0).data_ptr() == t[0].data_ptr(), "the future holds the output tensor");
+    expectEqual(t[0], at::full({16}, 4.0, at::kFloat), "two all_reduces of ones on 2 ranks");
     (void)rank;
   });
 }
@@ -214,16 +230,14 @@ TEST_CASE("backend: ranks that disagree on the size all fail naming the op, and 
     } catch (const c10::DistBackendError& e) {
       message = e.what();
     }
-    INFO("rank " << rank << ": " << message);
-    REQUIRE(message.find("all_reduce") != std::string::npos);
-    REQUIRE(message.find("disagree") != std::string::npos);
+    expect(message.find("all_reduce") != std::string::npos && message.find("disagree") != std::string::npos,
+           "mismatch error: " + message);
     std::string later;
     try {
       backend->allreduce(warm)->wait();
     } catch (const c10::DistBackendError& e) {
       later = e.what();
     }
-    INFO("later: " << later);
-    REQUIRE(later.find("earlier failure") != std::string::npos);
+    expect(later.find("earlier failure") != std::string::npos, "the next call: " + later);
   });
 }
