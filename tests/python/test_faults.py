@@ -43,13 +43,13 @@ def _assert_no_new_shm(before: set[str]) -> None:
     assert not leaked, f"left in /dev/shm: {sorted(leaked)}"
 
 
-def _expect_error(fn, *args, **kwargs) -> tuple[str, float]:
-    """Calls fn; returns (message, seconds it took). Fails unless it raised torch.distributed.DistBackendError,
-    the type gloo and NCCL raise for a failed collective (a RuntimeError)."""
+def _expect_error(fn, *args, expected=dist.DistBackendError, **kwargs) -> tuple[str, float]:
+    """Calls fn; returns (message, seconds it took). Fails unless it raised `expected`: by default
+    torch.distributed.DistBackendError, the type gloo and NCCL raise for a failed collective (a RuntimeError)."""
     t0 = time.monotonic()
     try:
         fn(*args, **kwargs)
-    except dist.DistBackendError as exc:
+    except expected as exc:
         return str(exc), time.monotonic() - t0
     raise AssertionError(f"{getattr(fn, '__name__', fn)} returned instead of raising")
 
@@ -269,7 +269,9 @@ def _caller_error_worker(rank: int, world_size: int, warm_up: bool, bad_rank: in
         dist.all_reduce(torch.ones(2))
     x = torch.ones(3)
     outputs = [torch.empty(3) for _ in range(world_size - 1 if rank == bad_rank else world_size)]
-    result = _expect_error(dist.all_gather, outputs, x)
+    # The bad rank's own call fails validation on its thread (a plain RuntimeError); its peer's fails in the backend.
+    result = _expect_error(dist.all_gather, outputs, x,
+                           expected=RuntimeError if rank == bad_rank else dist.DistBackendError)
     store.set(f"done_{rank}", "1")
     try:
         store.wait([f"done_{1 - rank}"], timedelta(seconds=CALLER_ERROR_BOUND_S))
