@@ -89,11 +89,18 @@ def test_ddp_optimizer_on_a_copy_fails(ddp_results):
         assert verdict == "fail" and "4 of the optimizer's 4 parameters" in evidence
 
 
-def test_tuned_across_hosts_is_hierarchical_and_cuda_without_nccl_warns(ddp_results):
+def test_tuned_across_hosts_is_hierarchical_and_the_cuda_verdict_follows_the_build(ddp_results):
+    import tunedist
+
     for res in ddp_results:
         verdict, evidence = res["spans_hosts"]["backend.cpu"]
         assert verdict == "ok" and "spans hosts" in evidence and "gloo between hosts" in evidence
-        assert res["gpu"]["backend.cuda"] == ("warn", "cuda -> none: collectives on CUDA tensors fail")
+        # "tuned" maps CUDA to itself only when built with its NCCL side, which runs CUDA tensors on NCCL.
+        if tunedist.nccl_compiled_in():
+            verdict, evidence = res["gpu"]["backend.cuda"]
+            assert verdict == "ok" and "cuda -> tuned" in evidence and "ProcessGroupNCCL" in evidence, evidence
+        else:
+            assert res["gpu"]["backend.cuda"] == ("warn", "cuda -> none: collectives on CUDA tensors fail")
 
 
 def _static(machine, model=None, group=None):

@@ -124,6 +124,15 @@ def check_cuda_backend(m: Machine, backends: dict[str, str] | None, model_dev: s
     fix = 'map CUDA to NCCL: init_process_group("cpu:tuned,cuda:nccl") (or "nccl")'
     if name == "nccl":
         return Finding(check, "ok", "cuda -> nccl")
+    if name == "tuned":
+        from .. import nccl_compiled_in  # noqa: PLC0415
+
+        if nccl_compiled_in():
+            return Finding(check, "ok", "cuda -> tuned, which runs CUDA tensors on torch's ProcessGroupNCCL (prefer "
+                           '"cpu:tuned,cuda:nccl" where code looks for NCCL by name or type)')
+        return Finding(check, "fail" if model_dev == "cuda" else "warn",
+                       "cuda -> tuned, but this tunedist build has no NCCL side: collectives on CUDA tensors fail",
+                       fix + ", or rebuild tunedist with TUNEDIST_USE_NCCL=1")
     if name == "gloo":
         return Finding(check, "warn", "cuda -> gloo: every collective copies CUDA tensors through host memory and "
                        "TCP, many times slower than NCCL", fix)
