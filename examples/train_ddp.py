@@ -188,11 +188,11 @@ def make_tuned(args, device: torch.device, data: MarkovData, rank: int) -> tuple
     return Run("tuned + tunedist", ddp, torch.optim.AdamW(ddp.parameters(), lr=args.lr), setup), report
 
 
-def summarise(run: Run, args, world: int) -> dict:
+def summarise(run: Run, args, world: int, group) -> dict:
     def agreed_mean(values: list) -> float:
         # Every rank waits for the slowest at the end of a step: take the slowest rank's mean.
         t = torch.tensor(statistics.fmean(values), dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=GLOO_GROUP)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return t.item()
 
     timed = slice(args.warmup_steps, None)
@@ -205,11 +205,7 @@ def summarise(run: Run, args, world: int) -> dict:
             "first_loss": run.losses[0], "losses": run.losses}
 
 
-GLOO_GROUP = None
-
-
 def main(argv=None) -> int:
-    global GLOO_GROUP
     args = parse_args(argv)
     import tunedist  # noqa: F401  (registers the "tuned" backend)
 
@@ -221,19 +217,19 @@ def main(argv=None) -> int:
     if use_cuda:
         torch.cuda.set_device(device)
     dist.init_process_group("tuned")
-    GLOO_GROUP = dist.new_group(backend="gloo")
+    gloo_group = dist.new_group(backend="gloo")  # the baseline's group; also carries the log-only reductions
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
         data = MarkovData(args.vocab, args.seq_len, args.seed)
         tuned, report = make_tuned(args, device, data, rank)
         if rank == 0:
             print(report.table(), flush=True)
-        runs = [make_baseline(args, device, GLOO_GROUP), tuned]
+        runs = [make_baseline(args, device, gloo_group), tuned]
         for step in range(args.steps):
             tokens = data.batch(args.batch_size, step, rank, args.seed).to(device)
             for run in runs if step % 2 == 0 else reversed(runs):
                 loss = train_step(run, tokens, args.vocab, device)
-                dist.all_reduce(loss, group=GLOO_GROUP)  # the mean loss over ranks, for the log only
+                dist.all_reduce(loss, group=gloo_group)  # the mean loss over ranks, for the log only
                 run.losses.append(loss.item() / world)
             if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
                 print(f"step {step + 1:4d}/{args.steps}  " + "  ".join(
@@ -243,7 +239,7 @@ def main(argv=None) -> int:
             tokens = data.batch(args.batch_size, args.steps + i, rank, args.seed).to(device)
             for run in runs:
                 compute_only_step(run, tokens, args.vocab, device)
-        results = [summarise(run, args, world) for run in runs]
+        results = [summarise(run, args, world, gloo_group) for run in runs]
     finally:
         dist.destroy_process_group()
     if rank == 0:
