@@ -104,49 +104,73 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::launch(c10d::OpType type, const cha
     lock.unlock();
     std::exception_ptr error = execute(item);
     lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    releaseEngineLocked();
     lock.unlock();
     settle(item, error);
     return work;
   }
   if (onWorker) {
     retireWorkerLocked();
+  } else {
+    // A thread that waits for this Work runs the queue itself while the worker is idle (helpUntil).
+    work->setHelper([weak = c10::weak_intrusive_ptr<TunedBackend>(c10::intrusive_ptr<TunedBackend>::reclaim_copy(this))](
+                        const TunedWork& w) {
+      if (auto self = weak.lock()) {
+        self->helpUntil(w);
+      }
+    });
   }
   queue_.push_back(std::move(item));
-  queued_.fetch_add(1, std::memory_order_release);
   cv_.notify_all();
   return work;
+}
+
+// Called with mutex_ held when an operation leaves the engine. Only the worker sleeps on cv_, and it has something
+// to do only if work is queued: waking it otherwise costs a futex wake and a context switch per inline call.
+void TunedBackend::releaseEngineLocked() {
+  busy_ = false;
+  if (!queue_.empty()) {
+    cv_.notify_all();
+  }
+}
+
+// Waking the worker thread costs 50-200 us on a virtual machine and the waiter then sleeps too: a thread that waits
+// for `work` runs queued operations itself, in issue order, while the engine is idle and `work` is still pending.
+// The worker may take the next item first; the waiter then falls back to waiting for its completion.
+void TunedBackend::helpUntil(const TunedWork& work) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!work.finished() && !busy_ && !stop_ && !queue_.empty()) {
+    Item item = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::exception_ptr error = execute(item);
+    lock.lock();
+    releaseEngineLocked();
+    lock.unlock();
+    settle(item, error);
+    lock.lock();
+  }
 }
 
 void TunedBackend::workerLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    if (queue_.empty() && !stop_) {
-      // Poll briefly before sleeping: waking a sleeping thread costs 50-200 us on virtual machines, more than a
-      // small collective, and DDP issues its buckets back to back.
-      lock.unlock();
-      auto until = std::chrono::steady_clock::now() + kWorkerPoll;
-      while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
-        shm::cpuRelax();
-      }
-      lock.lock();
-    }
+    // No polling before sleeping: a spinning worker takes a core from the ranks' compute on a small machine, and a
+    // caller that waits for its Work runs the queue itself (helpUntil) instead of paying for the wake-up.
     cv_.wait(lock, [this] { return stop_ || (!busy_ && !queue_.empty()); });
     if (queue_.empty() && stop_) {
       return;
     }
     Item item = std::move(queue_.front());
     queue_.pop_front();
-    queued_.fetch_sub(1, std::memory_order_release);
     busy_ = true;
     lock.unlock();
     std::exception_ptr error = execute(item);
     lock.lock();
     // The engine is free: the next operation may start (on a replacement worker, see retireWorkerLocked) while
     // this thread runs the callbacks of the finished one.
-    busy_ = false;
-    cv_.notify_all();
+    releaseEngineLocked();
     lock.unlock();
     settle(item, error);
     lock.lock();

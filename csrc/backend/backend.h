@@ -198,6 +198,8 @@ class TunedBackend : public c10d::Backend {
   void settle(Item& item, std::exception_ptr error);
   // Called with mutex_ held from a callback on the worker thread: hands the queue to a fresh worker thread.
   void retireWorkerLocked();
+  void releaseEngineLocked();
+  void helpUntil(const TunedWork& work);
   c10d::Backend* cudaSideFor(const char* op, const DeviceScan& scan, bool failGroup);
   // Makes the engines once the layout is known (topology.cpp).
   void makeEngines(const shm::HostLayout& layout);
@@ -227,8 +229,6 @@ class TunedBackend : public c10d::Backend {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
-  std::atomic<int> queued_{0};
-  static constexpr std::chrono::microseconds kWorkerPoll{200};
   bool busy_ = false;
   bool stop_ = false;
   std::thread worker_;

@@ -2,6 +2,8 @@
 
 #include <ATen/core/jit_type.h>
 
+#include <sched.h>
+
 #include "shm/sync.h"
 
 namespace tunedist {
@@ -20,11 +22,21 @@ bool TunedWork::isCompleted() { return future_->completed(); }
 bool TunedWork::isSuccess() const { return future_->completed() && !future_->hasError(); }
 
 bool TunedWork::wait(std::chrono::milliseconds timeout) {
+  if (helper_) {
+    helper_(*this);
+  }
   // Poll briefly first: most operations finish within microseconds, and a sleeping waiter takes 50-200 us to wake
-  // on a virtual machine.
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  while (!future_->completed() && std::chrono::steady_clock::now() < until) {
-    shm::cpuRelax();
+  // on a virtual machine. Past the first few microseconds, yield between polls: with more threads than cores the
+  // thread running the operation may need this core.
+  const auto start = std::chrono::steady_clock::now();
+  const auto spinUntil = start + std::chrono::microseconds(10);
+  const auto pollUntil = start + std::chrono::microseconds(200);
+  for (auto now = start; !future_->completed() && now < pollUntil; now = std::chrono::steady_clock::now()) {
+    if (now < spinUntil) {
+      shm::cpuRelax();
+    } else {
+      sched_yield();
+    }
   }
   std::unique_lock<std::mutex> lock(mutex_);
   auto limit = timeout == kNoTimeout ? timeout_ : timeout;

@@ -35,6 +35,10 @@ class TunedWork : public c10d::Work {
   void completeWithError(std::exception_ptr error);
 
   const std::vector<at::Tensor>& outputs() const { return outputs_; }
+  bool finished() const { return future_->completed(); }
+  // Set by the backend before the Work is handed out: wait() first lets the caller's thread run queued operations
+  // up to this one (TunedBackend::helpUntil). Holds the backend weakly.
+  void setHelper(std::function<void(const TunedWork&)> helper) { helper_ = std::move(helper); }
 
  private:
   const uint64_t seq_;
@@ -42,6 +46,7 @@ class TunedWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::function<void(const TunedWork&)> helper_;
 };
 
 }  // namespace tunedist
