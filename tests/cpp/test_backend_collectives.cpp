@@ -2,7 +2,7 @@
 // against closed-form values at world sizes 1-4, every dtype and reduce op of all_reduce, zero-element tensors,
 // counts larger than one slot, and a caller error that fails every rank. The Python tests cover the same ground
 // in real processes; these run in seconds and reach the backend without Python in between.
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>

@@ -3,7 +3,7 @@
 // NCCL build without a GPU torch's refusal reaches the caller the same way; CPU calls never create the NCCL side.
 // The CUDA tensors here claim cuda:0 but have no memory behind them (this machine may have no GPU): enough for the
 // dispatch, which looks only at devices, never at data.
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/TensorImpl.h>

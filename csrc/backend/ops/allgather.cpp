@@ -4,22 +4,12 @@
 namespace tunedist {
 namespace {
 
-// Gathers `in` from every rank into blocks[p] (each tensorBytes(in) bytes of contiguous memory). An input that
-// is exactly our own block is left in place (FSDP2's in-place all-gather); one that overlaps another block is
-// copied first so peers' data cannot overwrite it before it is sent.
+// Gathers `in` from every rank into blocks[p] (each tensorBytes(in) bytes of contiguous memory); see
+// ops::unaliasedSource for an input that is a view into the output.
 void gatherInto(TunedBackend& backend, const shm::OpContext& ctx, const at::Tensor& in, std::vector<void*>& blocks,
                 const std::vector<at::Tensor>& outs) {
   shm::ShmComm& comm = backend.comm();
-  at::Tensor src = ops::staged(in);
-  bool aliasOther = false;
-  for (size_t p = 0; p < outs.size(); ++p) {
-    if (int(p) != backend.rank() && ops::overlaps(src, outs[p])) {
-      aliasOther = true;
-    }
-  }
-  if (aliasOther) {
-    src = src.clone();
-  }
+  at::Tensor src = ops::unaliasedSource(ops::staged(in), outs, backend.rank());
   if (backend.crossHost() != nullptr) {
     backend.runHier(ctx, [&] { hier::allgather(backend.hierCtx(ctx), src, outs); });
     return;

@@ -86,4 +86,13 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
+at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>& blocks, int rank) {
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    if (int(p) != rank && overlaps(src, blocks[p])) {
+      return src.clone();
+    }
+  }
+  return src;
+}
+
 }  // namespace tunedist::ops

@@ -27,6 +27,11 @@ size_t tensorBytes(const at::Tensor& t);
 // True if the storage bytes of `a` and `b` overlap.
 bool overlaps(const at::Tensor& a, const at::Tensor& b);
 
+// `src`, or a copy of it when it overlaps the block of another rank in `blocks` (blocks[p] receives rank p's data),
+// so peers' data cannot overwrite it before it is sent. A source that is exactly our own block stays in place
+// (FSDP2's in-place all-gather).
+at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>& blocks, int rank);
+
 // A contiguous tensor with t's values: t itself when contiguous, else a copy (to copy back with copyBack()).
 inline at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 inline void copyBack(const at::Tensor& t, const at::Tensor& s) {

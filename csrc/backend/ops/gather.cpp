@@ -31,15 +31,12 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::gather(std::vector<std::vector<at::
   std::vector<at::Tensor> outs = rank_ == root ? outputs[0] : std::vector<at::Tensor>{};
   return launch(c10d::OpType::GATHER, "tuned:gather", outs, inputs, opts.asyncOp, opts.timeout,
                 ops::tensorBytes(in), [this, in, outs, root](const shm::OpContext& ctx) {
-                  at::Tensor src = ops::staged(in);
+                  at::Tensor src = ops::unaliasedSource(ops::staged(in), outs, rank_);
                   std::vector<at::Tensor> staged;
                   std::vector<void*> blocks(size_t(size_), nullptr);
                   for (size_t p = 0; p < outs.size(); ++p) {
                     staged.push_back(ops::staged(outs[p]));
                     blocks[p] = staged.back().data_ptr();
-                    if (int(p) != rank_ && ops::overlaps(src, outs[p])) {
-                      src = src.clone();
-                    }
                   }
                   if (cross_) {
                     runHier(ctx, [&] { hier::gather(hierCtx(ctx), src, staged, root); });
