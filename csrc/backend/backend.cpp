@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -267,6 +268,37 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::endCoalescing() {
                         ctx.deadline - std::chrono::steady_clock::now()));
                   }
                 });
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> TunedBackend::getBackendOptions() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto opts = c10::make_intrusive<c10d::Backend::Options>(getBackendName(), options_.timeout);
+  opts->group_name = getGroupUid();
+  return opts;
+}
+
+c10::intrusive_ptr<c10d::Backend> TunedBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                      const std::vector<int>& ranks,
+                                                      const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  // `ranks` are ranks of this group; a rank outside them gets no backend (torch makes it a non-member).
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) {
+    return nullptr;
+  }
+  for (int r : ranks) {
+    TORCH_CHECK(r >= 0 && r < size_, "tunedist: split on rank ", rank_, ": rank ", r, " is not in the parent group of ",
+                size_, " ranks");
+  }
+  Options child;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stop_, "tunedist: split on rank ", rank_, ": the parent process group was shut down or aborted");
+    child = options_;
+  }
+  if (opts && opts->timeout.count() > 0) {
+    child.timeout = opts->timeout;
+  }
+  return c10::make_intrusive<TunedBackend>(store, int(it - ranks.begin()), int(ranks.size()), std::move(child));
 }
 
 void TunedBackend::abort() {

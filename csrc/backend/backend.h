@@ -113,6 +113,12 @@ class TunedBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   bool supportsCoalescing() const override { return true; }
+  // dist.split_group and DeviceMesh with a bound device split the parent group: the child is a TunedBackend over
+  // the store torch hands over (members only; its engines and NCCL side are made lazily, like a new group's).
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 

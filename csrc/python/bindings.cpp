@@ -107,6 +107,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
         py::arg("timeout"), py::arg("on_nccl_created") = py::none(), py::arg("gloo_factory") = py::none(),
         "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
+  // The Python type of the backend objects torch hands out (pg._get_backend(...)). torch's new_group, on a parent
+  // with a bound device whose backend supports splitting, has the ranks left out of the new group call
+  // perform_nocolor_split on the parent backend (an NCCL notion: every rank of the parent joins ncclCommSplit).
+  // A `tuned` group is created by its members alone, so the ranks outside it have nothing to do.
+  py::class_<tunedist::TunedBackend, c10d::Backend, c10::intrusive_ptr<tunedist::TunedBackend>>(m, "TunedBackend")
+      .def(
+          "perform_nocolor_split", [](tunedist::TunedBackend&, const py::object&) {}, py::arg("device"),
+          "Nothing to do: ranks outside a new `tuned` group take no part in creating it.");
   m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
   m.def("build_id", [] { return std::string(TUNEDIST_BUILD_ID_STR); });
   m.def("version", &tunedist::versionString);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,45 @@ def test_collective_issued_and_waited_inside_a_future_callback():
         # sum, doubled, then summed twice more over the ranks
         expected = [total * 2 * world_size * world_size] * 4
         assert all(r == expected for r in results), results
+
+
+def _split_and_bound_device_groups(rank: int, world_size: int, port: int) -> dict:
+    # A bound device makes torch split the parent backend: dist.split_group asks it directly, DeviceMesh and
+    # new_group (whose non-members call perform_nocolor_split on the parent) go through it too.
+    dist.init_process_group("tuned", init_method=init_url(port), rank=rank, world_size=world_size,
+                            device_id=torch.device("cpu", 0))
+    parent = dist.group.WORLD._get_backend(torch.device("cpu"))
+    assert parent.supports_splitting, "the tuned backend should support splitting"
+    pairs = [[0, 2], [1, 3]]
+    sub = dist.split_group(split_ranks=pairs, timeout=timedelta(seconds=120))
+    mine = next(p for p in pairs if rank in p)
+    t = torch.full((1001,), float(rank + 1))
+    dist.all_reduce(t, group=sub)
+    gathered = [torch.empty(2) for _ in mine]
+    dist.all_gather(gathered, torch.full((2,), float(rank)), group=sub)
+    # ranks 2 and 3 are not members: torch has them call perform_nocolor_split on the parent backend
+    low = dist.new_group([0, 1])
+    low_sum = None
+    if rank < 2:
+        u = torch.full((3,), float(rank + 1))
+        dist.all_reduce(u, group=low)
+        low_sum = u[0].item()
+    w = torch.ones(4)
+    dist.all_reduce(w)  # the parent still works
+    return {"backend": dist.get_backend(sub), "type": type(sub._get_backend(torch.device("cpu"))).__name__,
+            "sub_rank": dist.get_rank(sub), "sum": t[0].item(), "uniform": bool((t == t[0]).all()),
+            "gathered": [g[0].item() for g in gathered], "low": low_sum, "world": w[0].item()}
+
+
+def test_split_group_and_new_group_with_a_bound_device():
+    if not hasattr(dist, "split_group"):
+        pytest.skip("this torch has no dist.split_group")
+    results = launch(4, _split_and_bound_device_groups, free_port(), init=False)
+    for rank, r in enumerate(results):
+        pair = [0, 2] if rank % 2 == 0 else [1, 3]
+        assert r["backend"] == "tuned" and r["type"] == "TunedBackend", r
+        assert r["sub_rank"] == pair.index(rank), r
+        assert r["uniform"] and r["sum"] == sum(p + 1 for p in pair), r
+        assert r["gathered"] == [float(p) for p in pair], r
+        assert r["low"] == (3.0 if rank < 2 else None), r
+        assert r["world"] == 4.0, r
