@@ -141,17 +141,25 @@ void TunedBackend::releaseEngineLocked() {
 void TunedBackend::helpUntil(const TunedWork& work) {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!work.finished() && !busy_ && !stop_ && !queue_.empty()) {
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    std::exception_ptr error = execute(item);
-    lock.lock();
-    releaseEngineLocked();
-    lock.unlock();
-    settle(item, error);
-    lock.lock();
+    runNextLocked(lock);
   }
+}
+
+// Called with mutex_ held (through `lock`), the engine free and the queue non-empty: runs the next operation on
+// this thread, without the lock while it runs and while its callbacks run; returns with the lock held. The engine
+// is released before the callbacks, so the next operation may start (on a replacement worker, see
+// retireWorkerLocked) while this thread runs the callbacks of the finished one.
+void TunedBackend::runNextLocked(std::unique_lock<std::mutex>& lock) {
+  Item item = std::move(queue_.front());
+  queue_.pop_front();
+  busy_ = true;
+  lock.unlock();
+  std::exception_ptr error = execute(item);
+  lock.lock();
+  releaseEngineLocked();
+  lock.unlock();
+  settle(item, error);
+  lock.lock();
 }
 
 void TunedBackend::workerLoop() {
@@ -163,18 +171,7 @@ void TunedBackend::workerLoop() {
     if (queue_.empty() && stop_) {
       return;
     }
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    std::exception_ptr error = execute(item);
-    lock.lock();
-    // The engine is free: the next operation may start (on a replacement worker, see retireWorkerLocked) while
-    // this thread runs the callbacks of the finished one.
-    releaseEngineLocked();
-    lock.unlock();
-    settle(item, error);
-    lock.lock();
+    runNextLocked(lock);
     if (std::this_thread::get_id() != worker_.get_id()) {
       return;  // retired while in the callbacks: the replacement owns the queue now
     }

@@ -206,6 +206,7 @@ class TunedBackend : public c10d::Backend {
   void retireWorkerLocked();
   void releaseEngineLocked();
   void helpUntil(const TunedWork& work);
+  void runNextLocked(std::unique_lock<std::mutex>& lock);
   c10d::Backend* cudaSideFor(const char* op, const DeviceScan& scan, bool failGroup);
   // Makes the engines once the layout is known (topology.cpp).
   void makeEngines(const shm::HostLayout& layout);
