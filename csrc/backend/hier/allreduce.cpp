@@ -23,7 +23,7 @@
 // Every rank of a host runs the same sequence of shared-memory operations, and every member of a gloo group
 // launches its operations in the same (chunk, span) order, so the chunking changes neither the agreement above
 // nor the deadlock argument of step 3 (creation in ascending (chunk, span) order). Chunk size:
-// TUNEDIST_CROSS_HOST_CHUNK_BYTES (default 4 MiB); full chunks hold a multiple of every host's size, so only the
+// TUNEDIST_CROSS_HOST_CHUNK_BYTES (default 8 MiB); full chunks hold a multiple of every host's size, so only the
 // last chunk can have a tail.
 // AVG is reduced as SUM and divided by the group size after step 3; PREMUL_SUM applies its factor in step 2.
 // Float results are not bit-identical to the one-host path (host partials are rounded once per host).
@@ -40,7 +40,7 @@ namespace tunedist::hier {
 namespace {
 
 struct PipelineOptions {
-  static constexpr size_t kDefaultChunkBytes = size_t(4) << 20;
+  static constexpr size_t kDefaultChunkBytes = size_t(8) << 20;
   // Bytes of the buffer per pipeline chunk (TUNEDIST_CROSS_HOST_CHUNK_BYTES).
   size_t chunkBytes = kDefaultChunkBytes;
 
