@@ -79,6 +79,23 @@ def test_sub_group_spanning_some_hosts():
         assert results[rank]["hosts"] == [[0, 1], [2]]
 
 
+def _pipelined_all_reduce(rank: int, world: int, hosts: list) -> dict:
+    _init(rank, world, hosts)
+    mc.check_all_reduce(rank, world)
+    return mc.tunedist._C.cross_host_stats(mc.tuned_backend())
+
+
+@pytest.mark.parametrize("hosts", [
+    pytest.param([0, 0, 1, 1], id="2x2"),
+    pytest.param([0, 1, 0], id="uneven-2+1-interleaved"),
+])
+def test_all_reduce_pipelined_in_small_chunks(hosts, monkeypatch):
+    # 4 KiB chunks: 70_001 elements run as ~70 pipeline stages, the last one with a tail on the 2-rank host.
+    monkeypatch.setenv("TUNEDIST_CROSS_HOST_CHUNK_BYTES", "4096")
+    for rank, stats in enumerate(launch(len(hosts), _pipelined_all_reduce, hosts, init=False)):
+        assert stats["gloo_ops"] > 100, f"rank {rank}: {stats} (expected many chunked gloo operations)"
+
+
 def _one_host_group(rank: int, world: int) -> dict:
     dist.init_process_group("tuned", init_method="env://", rank=rank, world_size=world)
     t = torch.ones(1000)

@@ -16,16 +16,81 @@
 //      distinct owner tuple, created at first use) can neither deadlock nor mismatch: the lowest pending span's
 //      owners all reach it. A host with fewer ranks simply carries more spans per rank.
 //   4. Inside each host: shared-memory all-gather of the blocks and broadcast of the tail from position 0.
+// Steps 2-4 are pipelined: the buffer is cut into chunks (pipelineChunks) that each run steps 2-4 on their own,
+// and gloo carries chunk k between hosts while shared memory reduces chunk k+1 and shares chunk k-1:
+//   RS(0), launch(0), RS(1), launch(1), finish(0), RS(2), launch(2), finish(1), ..., finish(last)
+// where launch(k) starts chunk k's gloo all-reduces without waiting and finish(k) waits for them and runs step 4.
+// Every rank of a host runs the same sequence of shared-memory operations, and every member of a gloo group
+// launches its operations in the same (chunk, span) order, so the chunking changes neither the agreement above
+// nor the deadlock argument of step 3 (creation in ascending (chunk, span) order). Chunk size:
+// TUNEDIST_CROSS_HOST_CHUNK_BYTES (default 8 MiB); full chunks hold a multiple of every host's size, so only the
+// last chunk can have a tail.
 // AVG is reduced as SUM and divided by the group size after step 3; PREMUL_SUM applies its factor in step 2.
 // Float results are not bit-identical to the one-host path (host partials are rounded once per host).
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 #include "backend/hier/hier_ops.h"
 #include "shm/host_topology.h"
 
 namespace tunedist::hier {
 namespace {
+
+struct PipelineOptions {
+  static constexpr size_t kDefaultChunkBytes = size_t(8) << 20;
+  // Bytes of the buffer per pipeline chunk (TUNEDIST_CROSS_HOST_CHUNK_BYTES).
+  size_t chunkBytes = kDefaultChunkBytes;
+
+  static const PipelineOptions& fromEnv() {
+    static const PipelineOptions options = [] {
+      PipelineOptions o;
+      const char* v = std::getenv("TUNEDIST_CROSS_HOST_CHUNK_BYTES");
+      if (v != nullptr && *v != '\0') {
+        char* end = nullptr;
+        errno = 0;
+        const long long parsed = std::strtoll(v, &end, 10);
+        TORCH_CHECK(errno == 0 && *end == '\0' && parsed >= 4096, "tunedist: TUNEDIST_CROSS_HOST_CHUNK_BYTES='", v,
+                    "' must be a whole number of bytes, at least 4096");
+        o.chunkBytes = size_t(parsed);
+      }
+      return o;
+    }();
+    return options;
+  }
+};
+
+// One chunk [begin, end) of the flat buffer in flight between hosts: its slicing, the gloo operations launched
+// on its owned spans, and those spans.
+struct Chunk {
+  size_t begin = 0;
+  size_t end = 0;
+  shm::HostSlicing slicing;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<at::Tensor> owned;
+};
+
+// Cuts `count` elements into chunks of about `chunkElems`; all but the last hold a multiple of every host's size
+// (and of 64 elements), so no host slicing of a full chunk has a tail. At least one chunk, even for count 0.
+std::vector<Chunk> pipelineChunks(size_t count, const std::vector<int>& hostSizes, size_t chunkElems) {
+  size_t unit = 64;
+  for (int localSize : hostSizes) {
+    unit = std::lcm(unit, size_t(localSize));
+  }
+  const size_t step = std::max(unit, chunkElems / unit * unit);
+  std::vector<Chunk> chunks;
+  size_t begin = 0;
+  do {
+    Chunk k;
+    k.begin = begin;
+    k.end = count - begin > step ? begin + step : count;
+    chunks.push_back(std::move(k));
+    begin = chunks.back().end;
+  } while (begin < count);
+  return chunks;
+}
 
 int64_t factorBits(double factor) {
   int64_t bits = 0;
@@ -63,10 +128,53 @@ void shareInsideHost(Ctx c, char* base, size_t count, size_t es, const shm::Host
   }
 }
 
+// Step 3 of chunk k: starts the gloo all-reduce of every span of the chunk that this rank owns, without waiting.
+void launchAcrossHosts(Ctx c, const at::Tensor& flat, size_t es, const shm::ReduceArgs& args, Chunk& k) {
+  const auto& layout = c.x.layout();
+  const auto glooOp = glooReduceOp(args.op, args.dtype);
+  for (const auto& span : shm::crossHostSpans(k.end - k.begin, layout.hostSizes())) {
+    if (span.owners[size_t(c.x.host())] != c.x.localRank()) {
+      continue;
+    }
+    std::vector<int> members;
+    for (int h = 0; h < layout.numHosts(); ++h) {
+      members.push_back(layout.rankAt(h, span.owners[size_t(h)]));
+    }
+    std::sort(members.begin(), members.end());
+    at::Tensor piece = flat.narrow(0, int64_t(k.begin + span.begin), int64_t(span.end - span.begin));
+    std::vector<at::Tensor> tensors{glooView(piece)};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = glooOp;
+    opts.timeout = c.x.remaining(c.op);
+    c.x.countData(size_t(piece.numel()) * es);
+    k.works.push_back(c.x.group(members)->allreduce(tensors, opts));
+    k.owned.push_back(piece);
+  }
+}
+
+// The rest of chunk k once its gloo operations are launched: waits for them, applies AVG's division to the
+// spans this rank owns, and shares the chunk inside the host (step 4).
+void finishChunk(Ctx c, char* base, size_t es, const shm::ReduceArgs& args, Chunk& k) {
+  for (const auto& work : k.works) {
+    c.x.wait(work, c.op);
+  }
+  if (args.op == shm::RedOp::kAvg) {
+    for (auto& piece : k.owned) {
+      if (shm::isFloating(args.dtype)) {
+        piece.div_(double(c.x.size()));
+      } else {
+        piece.copy_(piece.div(c.x.size(), "trunc"));  // integers truncate toward zero, as on one host
+      }
+    }
+  }
+  if (c.x.localSize() > 1) {
+    shareInsideHost(c, base + k.begin * es, k.end - k.begin, es, k.slicing);
+  }
+}
+
 }  // namespace
 
 void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
-  const auto& layout = c.x.layout();
   const at::Tensor flat = t.view({-1});
   const size_t count = size_t(flat.numel());
   const size_t es = size_t(flat.element_size());
@@ -82,47 +190,24 @@ void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
   if (args.op == shm::RedOp::kAvg) {
     hostArgs.op = shm::RedOp::kSum;
   }
-  const auto slicing = shm::HostSlicing::of(count, c.x.localSize());
-  // Step 2/4: host partial results, block j on position j.
-  if (c.x.localSize() > 1) {
-    reduceInsideHost(c, base, count, es, slicing, hostArgs);
-  } else if (args.op == shm::RedOp::kPremulSum) {
+  if (c.x.localSize() == 1 && args.op == shm::RedOp::kPremulSum) {
     flat.mul_(args.factor);  // a host of one rank: its term still gets the factor
   }
-  // Step 3/4: each span's owners all-reduce it across hosts.
-  const auto glooOp = glooReduceOp(args.op, args.dtype);
-  std::vector<at::Tensor> owned;
-  for (const auto& span : shm::crossHostSpans(count, layout.hostSizes())) {
-    if (span.owners[size_t(c.x.host())] != c.x.localRank()) {
-      continue;
+  // Steps 2-4, pipelined chunk by chunk (see the top of this file).
+  auto chunks = pipelineChunks(count, c.x.layout().hostSizes(), PipelineOptions::fromEnv().chunkBytes / es);
+  Chunk* previous = nullptr;
+  for (auto& k : chunks) {
+    k.slicing = shm::HostSlicing::of(k.end - k.begin, c.x.localSize());
+    if (c.x.localSize() > 1) {
+      reduceInsideHost(c, base + k.begin * es, k.end - k.begin, es, k.slicing, hostArgs);
     }
-    std::vector<int> members;
-    for (int h = 0; h < layout.numHosts(); ++h) {
-      members.push_back(layout.rankAt(h, span.owners[size_t(h)]));
+    launchAcrossHosts(c, flat, es, args, k);
+    if (previous != nullptr) {
+      finishChunk(c, base, es, args, *previous);
     }
-    std::sort(members.begin(), members.end());
-    at::Tensor piece = flat.narrow(0, int64_t(span.begin), int64_t(span.end - span.begin));
-    std::vector<at::Tensor> tensors{glooView(piece)};
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = glooOp;
-    opts.timeout = c.x.remaining(c.op);
-    c.x.countData(size_t(piece.numel()) * es);
-    c.x.wait(c.x.group(members)->allreduce(tensors, opts), c.op);
-    owned.push_back(piece);
+    previous = &k;
   }
-  if (args.op == shm::RedOp::kAvg) {
-    for (auto& piece : owned) {
-      if (shm::isFloating(args.dtype)) {
-        piece.div_(double(c.x.size()));
-      } else {
-        piece.copy_(piece.div(c.x.size(), "trunc"));  // integers truncate toward zero, as on one host
-      }
-    }
-  }
-  // Step 4/4: every rank of the host gets every block.
-  if (c.x.localSize() > 1) {
-    shareInsideHost(c, base, count, es, slicing);
-  }
+  finishChunk(c, base, es, args, *previous);
 }
 
 }  // namespace tunedist::hier

@@ -4,7 +4,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include <thread>
+#include <condition_variable>
 
 #include "shm/error.h"
 
@@ -13,10 +13,46 @@ namespace {
 
 constexpr const char* kGlooPrefix = "tunedist_gloo/";
 constexpr const char* kAbortKey = "tunedist_cross_abort";
-// A gloo operation is first polled quickly, then the store is checked for another host's failure this often.
+// While waiting for a gloo operation, the store is checked for another host's failure after kFirstAbortCheck,
+// then this often.
 constexpr auto kFirstAbortCheck = std::chrono::milliseconds(20);
 constexpr auto kAbortCheckPeriod = std::chrono::milliseconds(100);
-constexpr auto kMaxPollSleep = std::chrono::microseconds(200);
+
+// Blocks until gloo's worker completes `work` (a callback on its future wakes us: no polling in between), calling
+// `checkAbort` after kFirstAbortCheck and then every kAbortCheckPeriod; throws TimeoutError at ctx's deadline.
+void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx,
+                       const std::function<void()>& checkAbort) {
+  struct Signal {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto signal = std::make_shared<Signal>();
+  work->getFuture()->addCallback([signal](c10::ivalue::Future&) {
+    std::lock_guard<std::mutex> lock(signal->mutex);
+    signal->done = true;
+    signal->cv.notify_all();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto nextCheck = start + kFirstAbortCheck;
+  std::unique_lock<std::mutex> lock(signal->mutex);
+  while (!signal->done) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= ctx.deadline) {
+      throw TimeoutError(c10::str("timed out after ", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          now - start).count(),
+                                  " ms waiting for the ranks on other hosts"));
+    }
+    if (now >= nextCheck) {
+      lock.unlock();
+      checkAbort();
+      lock.lock();
+      nextCheck = now + kAbortCheckPeriod;
+      continue;
+    }
+    signal->cv.wait_until(lock, std::min(nextCheck, ctx.deadline));
+  }
+}
 
 }  // namespace
 
@@ -101,23 +137,11 @@ void CrossHost::checkRemoteAbort() {
 
 void CrossHost::wait(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx) {
   glooOps_.fetch_add(1, std::memory_order_relaxed);
-  const auto start = std::chrono::steady_clock::now();
-  auto nextCheck = start + kFirstAbortCheck;
-  auto pause = std::chrono::microseconds(5);
-  while (!work->isCompleted()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= ctx.deadline) {
-      throw TimeoutError(c10::str("timed out after ", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                          now - start).count(),
-                                  " ms waiting for the ranks on other hosts"));
-    }
-    if (now >= nextCheck) {
+  if (!work->isCompleted()) {
+    waitForCompletion(work, ctx, [&] {
       checkRemoteAbort();
       throwIfFailed(ctx);
-      nextCheck = now + kAbortCheckPeriod;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, kMaxPollSleep);
+    });
   }
   work->wait();
 }
