@@ -99,7 +99,29 @@ class TinyTransformer(torch.nn.Module):
         return self.head(self.blocks(self.embed(x)))
 
 
-MODELS = {"deep_mlp": DeepMLP, "transformer": TinyTransformer, "slow_first_wide": SlowFirstWide}
+class EmbeddingTables(torch.nn.Module):
+    """A recommendation model's shape: many embedding tables (dense gradients, 128 KiB each) looked up first, under
+    a small MLP. The tables' gradients are all ready at the very end of the backward, so there is little to overlap
+    and the bucket count is what costs: each bucket is one more collective and one more wait."""
+
+    def __init__(self, tables: int = 128, rows: int = 1024, dim: int = 32, batch: int = 64, hidden: int = 256):
+        super().__init__()
+        self.tables = torch.nn.ModuleList(torch.nn.Embedding(rows, dim) for _ in range(tables))
+        self.top = torch.nn.Sequential(torch.nn.Linear(tables * dim, hidden), torch.nn.ReLU(),
+                                       torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+        g = torch.Generator().manual_seed(5)
+        self.x = torch.randint(0, rows, (tables, batch), generator=g)
+        self.y = torch.randn(batch, 1, generator=g)
+
+    def loss(self, model):
+        return torch.nn.functional.mse_loss(model(self.x), self.y)
+
+    def forward(self, x):
+        return self.top(torch.cat([table(i) for table, i in zip(self.tables, x)], dim=1))
+
+
+MODELS = {"deep_mlp": DeepMLP, "transformer": TinyTransformer, "slow_first_wide": SlowFirstWide,
+          "embedding_tables": EmbeddingTables}
 
 
 def parse_args(argv=None):
