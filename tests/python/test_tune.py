@@ -189,6 +189,8 @@ def _tune_end_to_end(rank, world_size, hook):
             "measured_as_selected": [r.candidate for r in measured if not r.candidate.is_default] ==
             [r.candidate for r in sorted(selected, key=lambda r: report.rows.index(r))],
             "measured_layouts": [r.prediction.bucket_bytes for r in measured if not r.candidate.is_default],
+            "relatives": [r.measured.relative for r in measured],
+            "least_relative": min(measured, key=lambda r: r.measured.relative).candidate,
             "ready_sorted": list(report.profile.ready_s) == sorted(report.profile.ready_s),
             "fit_points": len(report.machine.comm.points), "dict": report.as_dict()}
 
@@ -233,6 +235,8 @@ def test_tune_two_ranks_agree_and_train(tuned_run):
         assert r["n_measured"] == 3 and r["n_rows"] > 3  # 2 trials + the default measured, the rest predicted
         # The trials are what select_trials picks from the report's own model, and never one bucket layout twice.
         assert r["measured_as_selected"] and len(set(r["measured_layouts"])) == 2, r["table"]
+        # Measured in turns in one go, the trials are compared by their step over the round's mean step.
+        assert all(0 < x < 3 for x in r["relatives"]) and r["least_relative"] == r["choice"], r["relatives"]
         assert r["ready_sorted"] and r["fit_points"] >= 5
         assert "<- chosen" in r["table"] and "default (25 MB" in r["table"]
         assert r["dict"]["choice"]["measured"]["median_ms"] > 0

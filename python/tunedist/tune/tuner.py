@@ -159,7 +159,10 @@ def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, h
                                  **ddp_kwargs)
     for r, t in zip(trial_rows, timings):
         r.measured = t
-    best = min(range(len(trial_rows)), key=lambda i: trial_rows[i].measured.median_s)
+    # Measured in turns in one go, the trials compare best by their step relative to the round's.
+    together = len(trial_rows) <= max(1, opts.interleave)
+    best = min(range(len(trial_rows)), key=lambda i: trial_rows[i].measured.relative if together
+               else trial_rows[i].measured.median_s)
     (best,) = broadcast_ints([best], process_group)  # timings are agreed already; rank 0's word settles ties
     group = process_group if process_group is not None else dist.group.WORLD
     report = TuneReport(choice=trial_rows[best].candidate, rows=rows, machine=machine, profile=profile,
