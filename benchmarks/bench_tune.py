@@ -12,6 +12,7 @@ DDP's default. Targets: worst/best >= 1.2, choice within 5% of the best, tuner <
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -138,6 +139,9 @@ def parse_args(argv=None):
 
 def _sweep(model, candidates, opts, reverse: bool):
     order = candidates[::-1] if reverse else candidates
+    # All candidates in turns in one go: a candidate left over for a chunk of its own would be timed under
+    # another load than the rest.
+    opts = dataclasses.replace(opts, interleave=len(order))
     t0 = time.perf_counter()
     timings = tune.measure_candidates(model, order, model.loss, None, options=opts)
     return {c: t for c, t in zip(order, timings)}, time.perf_counter() - t0
