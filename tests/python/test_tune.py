@@ -1,6 +1,7 @@
 """tunedist.tune, the DDP bucket autotuner: its cost model as unit tests, then real 2-rank runs over `tuned` that
 compare the simulated bucketing with the reducer's and tune a model end to end. No timing is asserted."""
 
+import dataclasses
 import importlib.util
 import math
 
@@ -82,6 +83,39 @@ def test_candidates_and_ddp_arguments():
         tune.register_hook(None, "int8")
 
 
+def _rows(profile, machine, candidates):
+    from tunedist.tune.report import Row, predict
+    from tunedist.tune.tuner import rank_key
+    rows = [Row(c, predict(profile, machine, c)) for c in candidates]
+    return sorted(rows, key=lambda r: rank_key(r.prediction, r.candidate))
+
+
+def test_select_trials_hedges_the_contention():
+    # 8 tensors of 1 MiB ready every 10 ms over an 80 ms backward; 5 ms per MiB on the wire, 1 ms per bucket.
+    profile = tune.ReadyProfile(order=tuple(range(8)), ready_s=tuple(0.01 * (k + 1) for k in range(8)),
+                                param_bytes=(MIB,) * 8, shapes=((MIB // 4,),) * 8, forward_s=0.04, backward_s=0.08)
+    comm = tune.CommModel(alpha_s=1e-3, s_per_byte=5e-3 / MIB, points=(), max_rel_err=0.0, rms_rel_err=0.0)
+    machine = tune.costmodel.MachineModel(comm=comm, contention=0.1, bucket_overhead_s=1e-3)
+    candidates = [tune.Candidate(c) for c in (0.5, 1, 2, 4, 8, 16)] + [tune.Candidate(16, 1)]
+    rows = _rows(profile, machine, candidates)
+    # Overlap nearly free: small buckets predicted best. At contention 1 overlap buys nothing: one bucket wins.
+    assert len(rows[0].prediction.bucket_bytes) > 1
+    picked = tune.select_trials(rows, profile, machine, None, top_k=2)
+    assert picked[0] is rows[0] and picked[1].candidate == tune.Candidate(16)
+    # Caps 0.5 and 1 MiB give the same buckets (one per tensor), and so do 8 and 16 (one): never both measured.
+    everything = tune.select_trials(rows, profile, machine, None, top_k=len(rows))
+    layouts = [r.prediction.bucket_bytes for r in everything]
+    assert len(set(layouts)) == len(layouts) == len(rows) - 2
+    assert [r.candidate for r in tune.select_trials(rows, profile, machine, None, top_k=1)] == [rows[0].candidate]
+    # With contention 1 measured, the hedge is the other extreme: overlap for free.
+    full = dataclasses.replace(machine, contention=1.0)
+    rows1 = _rows(profile, full, candidates)
+    picked1 = tune.select_trials(rows1, profile, full, None, top_k=2)
+    assert picked1[0].candidate == tune.Candidate(16)
+    assert picked1[1].candidate == _rows(profile, dataclasses.replace(machine, contention=0.0), candidates)[0].candidate
+    assert tune.select_trials([], profile, machine, None, top_k=2) == []
+
+
 # --------------------------------------------------------------------------------------------------- 2 ranks
 
 
@@ -147,10 +181,16 @@ def _tune_end_to_end(rank, world_size, hook):
     gathered = [torch.empty_like(grad) for _ in range(world_size)]
     dist.all_gather(gathered, grad)
     measured = [r for r in report.rows if r.measured is not None]
+    selected = tune.select_trials(report.rows[:-1], report.profile, report.machine, hook, opts.top_k)
     return {"choice": report.choice, "label": report.choice.label, "table": report.table(),
             "same_grads": all(torch.equal(g, gathered[0]) for g in gathered),
             "grad_err": float((grad - _reference_grad(rank, world_size, _step_fn)).abs().max()),
             "n_measured": len(measured), "n_rows": len(report.rows), "hook_used": report.hook_used,
+            "measured_as_selected": [r.candidate for r in measured if not r.candidate.is_default] ==
+            [r.candidate for r in sorted(selected, key=lambda r: report.rows.index(r))],
+            "measured_layouts": [r.prediction.bucket_bytes for r in measured if not r.candidate.is_default],
+            "relatives": [r.measured.relative for r in measured],
+            "least_relative": min(measured, key=lambda r: r.measured.relative).candidate,
             "ready_sorted": list(report.profile.ready_s) == sorted(report.profile.ready_s),
             "fit_points": len(report.machine.comm.points), "dict": report.as_dict()}
 
@@ -192,7 +232,11 @@ def test_tune_two_ranks_agree_and_train(tuned_run):
     for r in results:
         assert r["same_grads"], "ranks hold different gradients after a DDP step"
         assert r["grad_err"] < 1e-2, r["grad_err"]  # bf16 on the wire
-        assert r["n_measured"] == 3 and r["n_rows"] > 3  # top 2 + the default measured, the rest predicted
+        assert r["n_measured"] == 3 and r["n_rows"] > 3  # 2 trials + the default measured, the rest predicted
+        # The trials are what select_trials picks from the report's own model, and never one bucket layout twice.
+        assert r["measured_as_selected"] and len(set(r["measured_layouts"])) == 2, r["table"]
+        # Measured in turns in one go, the trials are compared by their step over the round's mean step.
+        assert all(0 < x < 3 for x in r["relatives"]) and r["least_relative"] == r["choice"], r["relatives"]
         assert r["ready_sorted"] and r["fit_points"] >= 5
         assert "<- chosen" in r["table"] and "default (25 MB" in r["table"]
         assert r["dict"]["choice"]["measured"]["median_ms"] > 0

@@ -14,8 +14,8 @@ from .candidates import Candidate, build_ddp, make_candidates, register_hook
 from .costmodel import CommModel, Prediction, assign_buckets, fit_comm_model, simulate
 from .measure import ReadyProfile, StepTiming, measure_ready_times, params_of
 from .report import TuneReport
-from .tuner import TuneOptions, ddp, measure_candidates, tune
+from .tuner import TuneOptions, ddp, measure_candidates, select_trials, tune
 
 __all__ = ["Candidate", "CommModel", "Prediction", "ReadyProfile", "StepTiming", "TuneOptions", "TuneReport",
            "assign_buckets", "build_ddp", "ddp", "fit_comm_model", "make_candidates", "measure_candidates",
-           "measure_ready_times", "params_of", "register_hook", "simulate", "tune"]
+           "measure_ready_times", "params_of", "register_hook", "select_trials", "simulate", "tune"]

@@ -135,9 +135,13 @@ class StepTiming:
     median_s: float
     spread_s: float  # half the interquartile range
     steps: int
+    # Median over rounds of this step over the mean step of the round (all DDPs measured in turns with it): the
+    # load's drift from round to round cancels, so it compares DDPs measured together more surely than median_s.
+    relative: float = 1.0
 
     def as_dict(self) -> dict:
-        return {"median_ms": self.median_s * 1e3, "spread_ms": self.spread_s * 1e3, "steps": self.steps}
+        return {"median_ms": self.median_s * 1e3, "spread_ms": self.spread_s * 1e3, "steps": self.steps,
+                "relative": self.relative}
 
 
 def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on_round=None) -> list:
@@ -146,7 +150,7 @@ def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on
 
     DDPs of one module can coexist: a reducer acts on a backward only when its own forward prepared it. The first
     `warmup` steps of each are not timed (the reducer rebuilds its buckets at the second forward). Returns one
-    StepTiming per DDP; median and spread are per rank, then max over ranks.
+    StepTiming per DDP; median, spread and relative are per rank, then max over ranks.
     """
     for ddp in ddps:
         for _ in range(warmup):
@@ -164,12 +168,14 @@ def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on
             on_round(k)
     for ddp in ddps:
         ddp.zero_grad(set_to_none=True)
+    round_mean = [statistics.fmean(s[k] for s in samples) for k in range(steps)]
     local = []
     for s in samples:
         qs = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0]] * 3
-        local += [statistics.median(s), (qs[2] - qs[0]) / 2]
+        local += [statistics.median(s), (qs[2] - qs[0]) / 2, statistics.median(t / m for t, m in zip(s, round_mean))]
     agreed = agree_max(local, group)
-    return [StepTiming(median_s=agreed[2 * i], spread_s=agreed[2 * i + 1], steps=steps) for i in range(len(ddps))]
+    return [StepTiming(median_s=agreed[3 * i], spread_s=agreed[3 * i + 1], steps=steps, relative=agreed[3 * i + 2])
+            for i in range(len(ddps))]
 
 
 def model_bytes(module) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ class TuneOptions:
 
     candidates: list | None = None
     first_bucket_mb: tuple = (1.0,)
-    top_k: int = 2  # candidates measured for real, best predictions first
+    top_k: int = 2  # candidates measured for real: the best prediction, then hedges (see select_trials)
     measure_default: bool = True  # also measure DDP's default, for the report
     trial_steps: int = 8  # timed steps per candidate
     interleave: int = 16  # DDPs alive and measured in turns at once (each holds its own bucket buffers)
@@ -89,6 +90,33 @@ def measure_candidates(module, candidates, step_fn, group=None, hook=None, optio
     return out
 
 
+def rank_key(prediction, candidate) -> tuple:
+    """Best prediction first; among equals the larger cap (fewer collectives when the prediction cannot tell)."""
+    return round(prediction.step_s, 6), -(candidate.cap_mb or 0)
+
+
+def select_trials(rows, profile, machine, hook, top_k: int) -> list:
+    """The rows to measure for real, `top_k` of them (rows: best prediction first, DDP's default excluded).
+
+    The contention probe is the model's least certain input (one short probe on a shared machine), and it decides
+    how much overlapping communication with the backward is worth, which is what separates small buckets (overlap)
+    from large ones (fewer collectives). So after the best prediction come the best predictions at the two
+    extremes, contention 1 (overlap buys nothing) and 0 (it is free), then the next best as predicted; a candidate
+    whose buckets have the same sizes as one already picked is skipped (it would measure the same DDP twice)."""
+    def best_at(contention):
+        extreme = dataclasses.replace(machine, contention=contention)
+        return min(rows, key=lambda r: rank_key(predict(profile, extreme, r.candidate, hook), r.candidate))
+
+    if not rows:
+        return []
+    picked, layouts = [], set()
+    for row in [rows[0], best_at(1.0), best_at(0.0), *rows[1:]]:
+        if len(picked) < top_k and row.prediction.bucket_bytes not in layouts:
+            picked.append(row)
+            layouts.add(row.prediction.bucket_bytes)
+    return picked
+
+
 def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
     """The all_reduce fit; then the contention probe; then each bucket's fixed cost, from one backward with an
     all_reduce per gradient against what the fit and the contention predict for it."""
@@ -123,15 +151,18 @@ def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, h
     if unsupported:
         raise ValueError(f"tunedist.tune: this torch cannot set a first bucket apart from the cap for {unsupported}")
     rows = [Row(c, predict(profile, machine, c, hook)) for c in candidates]
-    # Best prediction first; among equals the larger cap (fewer collectives when the prediction cannot tell).
-    rows.sort(key=lambda r: (round(r.prediction.step_s, 6), -(r.candidate.cap_mb or 0)))
+    rows.sort(key=lambda r: rank_key(r.prediction, r.candidate))
     rows.append(Row(Candidate(None), predict(profile, machine, Candidate(None), hook)))
-    trial_rows = rows[:opts.top_k] + ([rows[-1]] if opts.measure_default else [])
+    trial_rows = select_trials(rows[:-1], profile, machine, hook, opts.top_k) + \
+        ([rows[-1]] if opts.measure_default else [])
     timings = measure_candidates(model, [r.candidate for r in trial_rows], step_fn, process_group, hook, opts,
                                  **ddp_kwargs)
     for r, t in zip(trial_rows, timings):
         r.measured = t
-    best = min(range(len(trial_rows)), key=lambda i: trial_rows[i].measured.median_s)
+    # Measured in turns in one go, the trials compare best by their step relative to the round's.
+    together = len(trial_rows) <= max(1, opts.interleave)
+    best = min(range(len(trial_rows)), key=lambda i: trial_rows[i].measured.relative if together
+               else trial_rows[i].measured.median_s)
     (best,) = broadcast_ints([best], process_group)  # timings are agreed already; rank 0's word settles ties
     group = process_group if process_group is not None else dist.group.WORLD
     report = TuneReport(choice=trial_rows[best].candidate, rows=rows, machine=machine, profile=profile,
