@@ -7,12 +7,20 @@ Part "hook": the time of one hook call per bucket, summed over a step's buckets,
 at world size 1 (gloo; its allreduce is a no-op there, and both hooks issue the same number of calls). The buckets
 are DDP's own (captured from a real backward pass) of a fixed model of 52 parameter tensors, none larger than
 512x512. Every call starts from the same gradients (restored, untimed). Ours is the drop-in module, i.e. the
-same C++ code the native hook runs plus one Python call per bucket. Median over --iters steps.
+same C++ code the native hook runs plus one Python call per bucket. Median over --iters steps. PowerSGD lines
+also show the "shared matrix work": the time of the matrix products and orthogonalisations both hooks run with
+the same ATen calls on the same shapes (that is what makes the results equal bit for bit), a floor for any
+hook that matches torch: a ratio below it is impossible without changing the results.
 
 Part "e2e": DDP step time (forward, backward, optimizer) at world size 2 on a communication-bound model (large
 layers, batch 4): `tuned` + our PowerSGD (native) against gloo without a hook, gloo + torch's PowerSGD and gloo +
-our PowerSGD. Median over --steps steps after a warm-up that passes start_powerSGD_iter. Each configuration runs
-in its own pair of processes; one that fails is reported and the others still run.
+our PowerSGD. Every configuration runs with the same bucket layout, one DDP bucket for the whole model
+(bucket_cap_mb=E2E_BUCKET_CAP_MB: an explicit cap also caps the first bucket, see tunedist/tune/candidates.py),
+checked after the warm-up from DDP's logging data. One bucket is what lets torch's hook run on gloo: it issues its
+P and Q allreduces from future callbacks, so with several buckets they can interleave with DDP's allreduce of the
+next bucket in a different order on each rank (gloo then aborts on a size mismatch or hangs). Median over --steps
+steps after a warm-up that passes start_powerSGD_iter. Each configuration runs in its own pair of processes; one
+that fails is reported as FAILED with its error and the others still run.
 
 Timings on a loaded machine are noisy: compare the ratios of one run, and report the load (uptime) with them.
 """
@@ -75,6 +83,33 @@ def time_hook(hook, state, buckets, iters: int) -> float:
     return statistics.median(times)
 
 
+def blas_floor(buckets, rank: int, iters: int) -> float:
+    """Median time (seconds) of the ATen matrix work both PowerSGD hooks run on the same shapes to give torch's bits,
+    which no implementation that matches torch can skip: per compressed gradient M (torch's rule, min rate 2),
+    orthogonalise Q, P = M Q, orthogonalise P, Q = M^T P, M = P Q^T."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize  # noqa: PLC0415
+
+    work = []
+    for bucket, _ in buckets:
+        for grad in bucket.gradients():
+            n = grad.shape[0] if grad.dim() else 1
+            m = grad.numel() // max(n, 1)
+            r = min(n, m, rank)
+            if grad.numel() and (n + m) * r * 2 < n * m:
+                work.append((grad.detach().reshape(1, n, m).clone(), torch.randn(1, m, r), torch.empty(1, n, r)))
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        for matrix, q, p in work:
+            _orthogonalize(q)
+            torch.bmm(matrix, q, out=p)
+            _orthogonalize(p)
+            torch.bmm(matrix.transpose(1, 2), p, out=q)
+            torch.bmm(p, q.transpose(1, 2), out=matrix)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def hook_cases():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as torch_default  # noqa: PLC0415
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd  # noqa: PLC0415
@@ -107,10 +142,16 @@ def run_hook_part(args) -> list[dict]:
             time_hook(hook, state, buckets, 2)
             measured[label] = time_hook(hook, state, buckets, args.iters)
         ratio = measured["tunedist"] / measured["torch"]
-        results.append({"case": name, "torch_ms": measured["torch"] * 1e3, "tunedist_ms": measured["tunedist"] * 1e3,
-                        "ratio": ratio, "target": target, "met": ratio <= target})
-        print(f"{name:22s} torch {measured['torch'] * 1e3:8.3f} ms  tunedist {measured['tunedist'] * 1e3:8.3f} ms  "
-              f"ratio {ratio:5.2f} (target <= {target})", flush=True)
+        result = {"case": name, "torch_ms": measured["torch"] * 1e3, "tunedist_ms": measured["tunedist"] * 1e3,
+                  "ratio": ratio, "target": target, "met": ratio <= target}
+        line = (f"{name:22s} torch {measured['torch'] * 1e3:8.3f} ms  tunedist {measured['tunedist'] * 1e3:8.3f} ms  "
+                f"ratio {ratio:5.2f} (target <= {target})")
+        if name.startswith("powersgd"):
+            floor = blas_floor(buckets, int(name.split("_")[1][1:]), args.iters)
+            result.update(floor_ms=floor * 1e3, floor_ratio=floor / measured["torch"])
+            line += f"  shared matrix work {floor * 1e3:7.3f} ms = {floor / measured['torch']:4.2f} of torch's"
+        results.append(result)
+        print(line, flush=True)
     dist.destroy_process_group()
     return results
 
@@ -118,6 +159,7 @@ def run_hook_part(args) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 E2E_OPTS = dict(matrix_approximation_rank=2, start_powerSGD_iter=2, warm_start=True)
+E2E_BUCKET_CAP_MB = 1024  # > the model's 64 MiB of gradients: one bucket in every configuration
 
 
 def e2e_model() -> nn.Sequential:
@@ -128,7 +170,7 @@ def _e2e_steps(rank: int, group, install, steps: int, warmup: int) -> float:  # 
     from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: PLC0415
 
     torch.manual_seed(0)
-    ddp = DDP(e2e_model(), process_group=group)
+    ddp = DDP(e2e_model(), process_group=group, bucket_cap_mb=E2E_BUCKET_CAP_MB)
     install(ddp, group)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(4, 2048, generator=torch.Generator().manual_seed(rank))
@@ -141,7 +183,18 @@ def _e2e_steps(rank: int, group, install, steps: int, warmup: int) -> float:  # 
         opt.step()
         if step >= warmup:
             times.append(time.perf_counter() - t0)
+        if step == warmup - 1:
+            _check_one_bucket(ddp, rank)
     return statistics.median(times)
+
+
+def _check_one_bucket(ddp, rank: int) -> None:
+    """Raises unless DDP reduced the gradients in one bucket (the same layout in every configuration)."""
+    data = ddp._get_ddp_logging_data()  # private, present in torch 2.11+
+    sizes = str(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")).split(",")
+    if len(sizes) != 1 or data.get("num_buckets_reduced", 1) != 1:
+        raise RuntimeError(f"bench_hooks e2e: rank {rank}: expected one DDP bucket with bucket_cap_mb="
+                           f"{E2E_BUCKET_CAP_MB}, got bucket sizes {sizes}; raise E2E_BUCKET_CAP_MB")
 
 
 def _e2e_configs():
@@ -152,8 +205,6 @@ def _e2e_configs():
         "gloo_no_hook": ("gloo", lambda ddp, g: None),
         "tuned_tunedist_powersgd": ("tuned", lambda ddp, g: td_hooks.register(ddp, "powersgd", **E2E_OPTS)),
         "gloo_tunedist_powersgd": ("gloo", lambda ddp, g: td_hooks.register(ddp, "powersgd", **E2E_OPTS)),
-        # Last: torch's hook issues its P and Q allreduces from future callbacks, which can interleave with the next
-        # bucket's allreduce differently on each rank (gloo then aborts the process on a size mismatch).
         "gloo_torch_powersgd": ("gloo", lambda ddp, g: ddp.register_comm_hook(
             torch_psgd.PowerSGDState(g, **E2E_OPTS), torch_psgd.powerSGD_hook)),
     }
