@@ -47,10 +47,41 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs);
 // the error buffer then holds a copy of input, so step 2 (error -= decompressed input) leaves copy - result.
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op);
 
+// Error feedback, step 2, region by region: error -= each region of `input` (the bucket's buffer) once it holds its
+// decompressed values, while they are in cache. Regions that do not tile `input` with contiguous views (and an
+// undefined `error`: no error feedback) fall back to one whole-buffer subtraction in finish().
+class ErrorFeedbackUpdate {
+ public:
+  ErrorFeedbackUpdate(at::Tensor error, at::Tensor input, const std::vector<at::Tensor>& regions);
+  // The part of the error behind `region` (one of the constructor's regions), undefined without per-region updates.
+  at::Tensor sliceFor(const at::Tensor& region) const;
+  // error[region] -= region (nothing without per-region updates).
+  void subtract(const at::Tensor& region);
+  // error -= input unless every region was subtracted on its own.
+  void finish();
+
+ private:
+  at::Tensor error_;
+  at::Tensor input_;
+  bool perRegion_ = false;
+};
+
+// Whether writeRankOne handles these tensors: contiguous CPU float32, out (n, m), p n and q m elements.
+bool canWriteRankOne(const at::Tensor& out, const at::Tensor& p, const at::Tensor& q);
+// out = p q^T (the decompression at rank 1) and, if errorSlice is defined, errorSlice -= out, in one pass; each
+// element is the one rounded product p_i * q_j that bmm computes, so the bits are bmm's.
+void writeRankOne(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const at::Tensor& errorSlice);
+
 // The start of both PowerSGD hooks: checks the arguments and takes the state's lock. Before start_powerSGD_iter
-// it counts the step, releases the lock and returns allreduce_hook's future; otherwise it returns null, lock held.
-FuturePtr startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
-                        c10d::GradBucket& bucket, std::unique_lock<std::mutex>& lock, const char* op);
+// it counts the step, releases the lock and sets `allreduced` to allreduce_hook's future.
+struct PowerSgdStart {
+  std::unique_lock<std::mutex> lock;  // the state's mutex, held unless `allreduced` is set
+  FuturePtr allreduced;
+  at::Tensor input;                   // the bucket's buffer
+  int64_t index = 0;                  // the bucket's index
+};
+PowerSgdStart startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
+                            c10d::GradBucket& bucket, const char* op);
 
 // Rank of this process in `group`, for error messages.
 int groupRank(const GroupPtr& group);
