@@ -1,8 +1,10 @@
-// PowerSGD's error feedback (torch's use_error_feedback), in as few passes over memory as torch's arithmetic allows:
-// step 1 adds the error to the bucket and remembers the sum in one pass (addErrorFeedback); step 2 subtracts each
-// decompressed region from the remembered sum right after the region is written, while it is still in cache
-// (ErrorFeedbackUpdate), and a rank-1 region is written and subtracted in one pass (writeRankOne). Every float
-// operation is the one torch's hook does (a + b, a - b, p * q), so the results are the same bits.
+// PowerSGD's error feedback (torch's use_error_feedback), in as few passes over memory as torch's arithmetic allows.
+// torch: input += error; copy = input; (compress, decompress into input); error = copy - input.
+// powerSGD_hook on CPU float32 (ErrorFeedback, per region): input += error in one pass, nothing copied; each region
+// of the bucket is then replaced by its decompressed values in one pass that also writes error = region's old
+// (error-fed) values - new values, and a rank-1 region is computed, replaced and error-updated in one pass
+// (writeRankOne). Elsewhere (and in batched_powerSGD_hook): add and copy in one pass (addErrorFeedback), subtract
+// the whole buffer at the end. Every float operation is one torch's hook does (a + b, a - b, p * q): same bits.
 #include <ATen/Parallel.h>
 
 #include "hooks/hook_common.h"
@@ -41,6 +43,15 @@ bool viewsInto(const at::Tensor& t, const at::Tensor& buffer) {
   return t.is_contiguous() && t.is_alias_of(buffer) && offset >= 0 && offset + t.numel() <= buffer.numel();
 }
 
+void checkErrorShape(const at::Tensor& error, const at::Tensor& input, int64_t bucketIndex, const char* op) {
+  TORCH_CHECK(error.numel() == input.numel() && error.scalar_type() == input.scalar_type(), op,
+              ": the error-feedback tensor of bucket ", bucketIndex, " has ", error.numel(), " elements of ",
+              error.scalar_type(), " but the bucket has ", input.numel(), " of ", input.scalar_type(),
+              ". The buckets changed since the state was saved (another model, bucket_cap_mb or parameter "
+              "order?); start PowerSGD after DDP's bucket rebuild (start_powerSGD_iter >= 2) and restore the "
+              "state into the same model configuration.");
+}
+
 }  // namespace
 
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op) {
@@ -49,49 +60,69 @@ void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& inp
     state.errorDict.emplace(bucketIndex, input.clone(at::MemoryFormat::Contiguous));
     return;
   }
-  TORCH_CHECK(it->second.numel() == input.numel() && it->second.scalar_type() == input.scalar_type(), op,
-              ": the error-feedback tensor of bucket ", bucketIndex, " has ", it->second.numel(), " elements of ",
-              it->second.scalar_type(), " but the bucket has ", input.numel(), " of ", input.scalar_type(),
-              ". The buckets changed since the state was saved (another model, bucket_cap_mb or parameter "
-              "order?); start PowerSGD after DDP's bucket rebuild (start_powerSGD_iter >= 2) and restore the "
-              "state into the same model configuration.");
+  checkErrorShape(it->second, input, bucketIndex, op);
   addAndRemember(input, it->second);
 }
 
-ErrorFeedbackUpdate::ErrorFeedbackUpdate(at::Tensor error, at::Tensor input,
-                                         const std::vector<at::Tensor>& regions)
-    : error_(std::move(error)), input_(std::move(input)) {
-  if (!error_.defined()) return;
+ErrorFeedback::ErrorFeedback(PowerSgdState& state, int64_t index, at::Tensor input,
+                             const std::vector<at::Tensor>& regions, const char* op)
+    : input_(std::move(input)) {
+  if (!state.options.useErrorFeedback) return;
   int64_t covered = 0;
-  bool views = error_.is_contiguous() && error_.numel() == input_.numel();
+  bool views = cpuFloat(input_);
   for (const auto& r : regions) {
-    views = views && viewsInto(r, input_);
+    views = views && viewsInto(r, input_) && cpuFloat(r);
     covered += r.numel();
   }
-  // Regions that tile the buffer (GradBucket's gradients do): no element is subtracted twice or missed.
+  // Regions that tile the buffer (GradBucket's gradients do): each element is replaced exactly once.
   perRegion_ = views && covered == input_.numel();
+  if (!perRegion_) {
+    addErrorFeedback(state, index, input_, op);
+    error_ = state.errorDict[index];
+    return;
+  }
+  auto it = state.errorDict.find(index);
+  if (it == state.errorDict.end()) {
+    error_ = at::empty_like(input_);  // written in full by replace()
+    state.errorDict.emplace(index, error_);
+    return;
+  }
+  checkErrorShape(it->second, input_, index, op);
+  error_ = it->second;
+  TORCH_CHECK(cpuFloat(error_), op, ": the error-feedback tensor of bucket ", index, " must be a contiguous CPU "
+              "float32 tensor like the bucket");
+  float* __restrict in = input_.data_ptr<float>();
+  const float* __restrict err = error_.data_ptr<float>();
+  at::parallel_for(0, input_.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) in[i] += err[i];
+  });
 }
 
-at::Tensor ErrorFeedbackUpdate::sliceFor(const at::Tensor& region) const {
+at::Tensor ErrorFeedback::sliceFor(const at::Tensor& region) const {
   if (!perRegion_) return {};
   return error_.narrow(0, region.storage_offset() - input_.storage_offset(), region.numel());
 }
 
-void ErrorFeedbackUpdate::subtract(const at::Tensor& region) {
+void ErrorFeedback::replace(at::Tensor& region, const at::Tensor& values) {
   at::Tensor slice = sliceFor(region);
-  if (!slice.defined()) return;
-  if (!cpuFloat(slice) || !cpuFloat(region)) {
-    slice.sub_(region.reshape({-1}));
+  if (!slice.defined() || !cpuFloat(values) || values.numel() != region.numel()) {
+    TORCH_CHECK(!slice.defined(), "tunedist.hooks.ErrorFeedback: replacement values must be contiguous CPU float32 "
+                "of the region's size");
+    region.copy_(values.view_as(region));
     return;
   }
   float* __restrict e = slice.data_ptr<float>();
-  const float* __restrict v = region.data_ptr<float>();
+  float* __restrict g = region.data_ptr<float>();
+  const float* __restrict v = values.data_ptr<float>();
   at::parallel_for(0, region.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) e[i] -= v[i];
+    for (int64_t i = begin; i < end; ++i) {
+      e[i] = g[i] - v[i];  // torch: error = error-fed input - decompressed input
+      g[i] = v[i];
+    }
   });
 }
 
-void ErrorFeedbackUpdate::finish() {
+void ErrorFeedback::finish() {
   if (error_.defined() && !perRegion_) error_.sub_(input_);
 }
 
@@ -120,8 +151,8 @@ void writeRankOne(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, con
       float* __restrict erow = e + i * cols;
       for (int64_t j = 0; j < cols; ++j) {
         const float v = pi * qv[j];  // BLAS's rank-1 product: one rounding, as here
+        erow[j] = row[j] - v;        // error = error-fed input - decompressed input
         row[j] = v;
-        erow[j] -= v;
       }
     }
   });
