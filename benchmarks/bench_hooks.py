@@ -19,7 +19,7 @@ Part "e2e": DDP step time (forward, backward, optimizer) at world size 2 on a co
 layers, batch 4): `tuned` + our PowerSGD (native) against gloo without a hook, gloo + torch's PowerSGD and gloo +
 our PowerSGD. Every configuration runs with the same bucket layout, one DDP bucket for the whole model
 (bucket_cap_mb=E2E_BUCKET_CAP_MB: an explicit cap also caps the first bucket, see tunedist/tune/candidates.py),
-checked after the warm-up from DDP's logging data. One bucket is what lets torch's hook run on gloo: it issues its
+checked after the warm-up from DDP's reducer. One bucket is what lets torch's hook run on gloo: it issues its
 P and Q allreduces from future callbacks, so with several buckets they can interleave with DDP's allreduce of the
 next bucket in a different order on each rank (gloo then aborts on a size mismatch or hangs). Median over --steps
 steps after a warm-up that passes start_powerSGD_iter. Each configuration runs in its own pair of processes; one
@@ -212,12 +212,15 @@ def _e2e_steps(rank: int, group, install, steps: int, warmup: int) -> float:  # 
 
 
 def _check_one_bucket(ddp, rank: int) -> None:
-    """Raises unless DDP reduced the gradients in one bucket (the same layout in every configuration)."""
-    data = ddp._get_ddp_logging_data()  # private, present in torch 2.11+
-    sizes = str(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")).split(",")
-    if len(sizes) != 1 or data.get("num_buckets_reduced", 1) != 1:
+    """Raises unless DDP's (rebuilt) buckets are one bucket, the same layout in every configuration."""
+    reducer = getattr(ddp, "reducer", None)
+    if not hasattr(reducer, "_get_zeros_like_grad_buckets"):  # private; present in torch 2.11-2.15
+        raise RuntimeError(f"bench_hooks e2e: rank {rank}: cannot check DDP's bucket layout on torch "
+                           f"{torch.__version__} (no Reducer._get_zeros_like_grad_buckets)")
+    count = len(reducer._get_zeros_like_grad_buckets())
+    if count != 1:
         raise RuntimeError(f"bench_hooks e2e: rank {rank}: expected one DDP bucket with bucket_cap_mb="
-                           f"{E2E_BUCKET_CAP_MB}, got bucket sizes {sizes}; raise E2E_BUCKET_CAP_MB")
+                           f"{E2E_BUCKET_CAP_MB}, got {count}; raise E2E_BUCKET_CAP_MB")
 
 
 def _e2e_configs():
