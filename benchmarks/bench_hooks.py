@@ -7,12 +7,23 @@ Part "hook": the time of one hook call per bucket, summed over a step's buckets,
 at world size 1 (gloo; its allreduce is a no-op there, and both hooks issue the same number of calls). The buckets
 are DDP's own (captured from a real backward pass) of a fixed model of 52 parameter tensors, none larger than
 512x512. Every call starts from the same gradients (restored, untimed). Ours is the drop-in module, i.e. the
-same C++ code the native hook runs plus one Python call per bucket. Median over --iters steps.
+same C++ code the native hook runs plus one Python call per bucket. Torch's hook and ours (and, for PowerSGD, the
+shared matrix work below) take turns step by step, so that they see the same load; each reports the median
+over --iters steps of its wall time (the figure compared with the target) and of its process CPU time (all
+threads: the part of a hook that runs on gloo's thread included), which a loaded machine disturbs less.
+PowerSGD lines also show the "shared matrix work": the time of the matrix products and orthogonalisations both
+hooks run with the same ATen calls on the same shapes (that is what makes the results equal bit for bit), a
+floor for any hook that matches torch: a ratio below it is impossible without changing the results.
 
 Part "e2e": DDP step time (forward, backward, optimizer) at world size 2 on a communication-bound model (large
 layers, batch 4): `tuned` + our PowerSGD (native) against gloo without a hook, gloo + torch's PowerSGD and gloo +
-our PowerSGD. Median over --steps steps after a warm-up that passes start_powerSGD_iter. Each configuration runs
-in its own pair of processes; one that fails is reported and the others still run.
+our PowerSGD. Every configuration runs with the same bucket layout, one DDP bucket for the whole model
+(bucket_cap_mb=E2E_BUCKET_CAP_MB: an explicit cap also caps the first bucket, see tunedist/tune/candidates.py),
+checked after the warm-up from DDP's reducer. One bucket is what lets torch's hook run on gloo: it issues its
+P and Q allreduces from future callbacks, so with several buckets they can interleave with DDP's allreduce of the
+next bucket in a different order on each rank (gloo then aborts on a size mismatch or hangs). Median over --steps
+steps after a warm-up that passes start_powerSGD_iter. Each configuration runs in its own pair of processes; one
+that fails is reported as FAILED with its error and the others still run.
 
 Timings on a loaded machine are noisy: compare the ratios of one run, and report the load (uptime) with them.
 """
@@ -61,18 +72,58 @@ def capture_buckets(model: nn.Module):
     return [(b, b.buffer().clone()) for b in buckets]
 
 
-def time_hook(hook, state, buckets, iters: int) -> float:
-    """Median over `iters` steps of the summed per-bucket hook time (seconds)."""
-    times = []
-    for _ in range(iters):
-        total = 0.0
-        for bucket, grads in buckets:
-            bucket.buffer().copy_(grads)
-            t0 = time.perf_counter()
-            hook(state, bucket).wait()
-            total += time.perf_counter() - t0
-        times.append(total)
-    return statistics.median(times)
+def hook_step(hook, state, buckets):
+    """One step: every bucket restored (untimed), then hooked; returns the summed (wall, process CPU) seconds."""
+    wall = cpu = 0.0
+    for bucket, grads in buckets:
+        bucket.buffer().copy_(grads)
+        t0, c0 = time.perf_counter(), time.process_time()
+        hook(state, bucket).wait()
+        wall += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+    return wall, cpu
+
+
+def floor_step(work):
+    """The matrix work both PowerSGD hooks run with the same ATen calls on the same shapes, which is what makes
+    their results equal bit for bit, so no hook that matches torch can skip it: per compressed gradient M,
+    orthogonalise Q, P = M Q, orthogonalise P, Q = M^T P, M = P Q^T. Returns (wall, process CPU) seconds."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize  # noqa: PLC0415
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    for matrix, q, p in work:
+        _orthogonalize(q)
+        torch.bmm(matrix, q, out=p)
+        _orthogonalize(p)
+        torch.bmm(matrix.transpose(1, 2), p, out=q)
+        torch.bmm(p, q.transpose(1, 2), out=matrix)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def floor_work(buckets, rank: int) -> list:
+    """Copies of the gradients torch's hook compresses at `rank` (min_compression_rate 2), with their P and Q."""
+    work = []
+    for bucket, _ in buckets:
+        for grad in bucket.gradients():
+            n = grad.shape[0] if grad.dim() else 1
+            m = grad.numel() // max(n, 1)
+            r = min(n, m, rank)
+            if grad.numel() and (n + m) * r * 2 < n * m:
+                work.append((grad.detach().reshape(1, n, m).clone(), torch.randn(1, m, r), torch.empty(1, n, r)))
+    return work
+
+
+def time_interleaved(contenders: dict, iters: int) -> dict:
+    """Median (wall, CPU) seconds per contender (label -> zero-argument step function). The contenders take turns
+    step by step, in an order rotated every step, so that they see the same machine load."""
+    labels = list(contenders)
+    samples = {label: [] for label in labels}
+    for step in range(iters):
+        for k in range(len(labels)):
+            label = labels[(step + k) % len(labels)]
+            samples[label].append(contenders[label]())
+    return {label: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+            for label, v in samples.items()}
 
 
 def hook_cases():
@@ -99,18 +150,31 @@ def run_hook_part(args) -> list[dict]:
     buckets = capture_buckets(hook_model())
     results = []
     for name, target, (torch_hook, torch_state), (our_hook, our_state) in hook_cases():
-        measured = {}
+        contenders = {}
         for label, hook, make_state in (("torch", torch_hook, torch_state), ("tunedist", our_hook, our_state)):
             state = make_state()
             if state is not None:
                 state.iter = 2  # compress from the first timed call (warm start builds its memories then)
-            time_hook(hook, state, buckets, 2)
-            measured[label] = time_hook(hook, state, buckets, args.iters)
-        ratio = measured["tunedist"] / measured["torch"]
-        results.append({"case": name, "torch_ms": measured["torch"] * 1e3, "tunedist_ms": measured["tunedist"] * 1e3,
-                        "ratio": ratio, "target": target, "met": ratio <= target})
-        print(f"{name:22s} torch {measured['torch'] * 1e3:8.3f} ms  tunedist {measured['tunedist'] * 1e3:8.3f} ms  "
-              f"ratio {ratio:5.2f} (target <= {target})", flush=True)
+            contenders[label] = lambda h=hook, st=state: hook_step(h, st, buckets)
+        if name.startswith("powersgd"):
+            work = floor_work(buckets, int(name.split("_")[1][1:]))
+            contenders["floor"] = lambda w=work: floor_step(w)
+        time_interleaved(contenders, 2)  # warm-up
+        measured = time_interleaved(contenders, args.iters)
+        (torch_wall, torch_cpu), (our_wall, our_cpu) = measured["torch"], measured["tunedist"]
+        ratio, cpu_ratio = our_wall / torch_wall, our_cpu / torch_cpu
+        result = {"case": name, "torch_ms": torch_wall * 1e3, "tunedist_ms": our_wall * 1e3, "ratio": ratio,
+                  "torch_cpu_ms": torch_cpu * 1e3, "tunedist_cpu_ms": our_cpu * 1e3, "cpu_ratio": cpu_ratio,
+                  "target": target, "met": ratio <= target}
+        line = (f"{name:18s} torch {torch_wall * 1e3:7.2f} ms tunedist {our_wall * 1e3:7.2f} ms ratio {ratio:4.2f} "
+                f"(CPU {cpu_ratio:4.2f}; target <= {target})")
+        if "floor" in measured:
+            floor_wall, floor_cpu = measured["floor"]
+            result.update(floor_ms=floor_wall * 1e3, floor_ratio=floor_wall / torch_wall,
+                          floor_cpu_ratio=floor_cpu / torch_cpu)
+            line += f"  shared matrix work {floor_wall / torch_wall:4.2f} (CPU {floor_cpu / torch_cpu:4.2f}) of torch's"
+        results.append(result)
+        print(line, flush=True)
     dist.destroy_process_group()
     return results
 
@@ -118,6 +182,7 @@ def run_hook_part(args) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 E2E_OPTS = dict(matrix_approximation_rank=2, start_powerSGD_iter=2, warm_start=True)
+E2E_BUCKET_CAP_MB = 1024  # > the model's 64 MiB of gradients: one bucket in every configuration
 
 
 def e2e_model() -> nn.Sequential:
@@ -128,7 +193,7 @@ def _e2e_steps(rank: int, group, install, steps: int, warmup: int) -> float:  # 
     from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: PLC0415
 
     torch.manual_seed(0)
-    ddp = DDP(e2e_model(), process_group=group)
+    ddp = DDP(e2e_model(), process_group=group, bucket_cap_mb=E2E_BUCKET_CAP_MB)
     install(ddp, group)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(4, 2048, generator=torch.Generator().manual_seed(rank))
@@ -141,7 +206,21 @@ def _e2e_steps(rank: int, group, install, steps: int, warmup: int) -> float:  # 
         opt.step()
         if step >= warmup:
             times.append(time.perf_counter() - t0)
+        if step == warmup - 1:
+            _check_one_bucket(ddp, rank)
     return statistics.median(times)
+
+
+def _check_one_bucket(ddp, rank: int) -> None:
+    """Raises unless DDP's (rebuilt) buckets are one bucket, the same layout in every configuration."""
+    reducer = getattr(ddp, "reducer", None)
+    if not hasattr(reducer, "_get_zeros_like_grad_buckets"):  # private; present in torch 2.11-2.15
+        raise RuntimeError(f"bench_hooks e2e: rank {rank}: cannot check DDP's bucket layout on torch "
+                           f"{torch.__version__} (no Reducer._get_zeros_like_grad_buckets)")
+    count = len(reducer._get_zeros_like_grad_buckets())
+    if count != 1:
+        raise RuntimeError(f"bench_hooks e2e: rank {rank}: expected one DDP bucket with bucket_cap_mb="
+                           f"{E2E_BUCKET_CAP_MB}, got {count}; raise E2E_BUCKET_CAP_MB")
 
 
 def _e2e_configs():
@@ -152,8 +231,6 @@ def _e2e_configs():
         "gloo_no_hook": ("gloo", lambda ddp, g: None),
         "tuned_tunedist_powersgd": ("tuned", lambda ddp, g: td_hooks.register(ddp, "powersgd", **E2E_OPTS)),
         "gloo_tunedist_powersgd": ("gloo", lambda ddp, g: td_hooks.register(ddp, "powersgd", **E2E_OPTS)),
-        # Last: torch's hook issues its P and Q allreduces from future callbacks, which can interleave with the next
-        # bucket's allreduce differently on each rank (gloo then aborts the process on a size mismatch).
         "gloo_torch_powersgd": ("gloo", lambda ddp, g: ddp.register_comm_hook(
             torch_psgd.PowerSGDState(g, **E2E_OPTS), torch_psgd.powerSGD_hook)),
     }

@@ -84,18 +84,18 @@ at::Tensor finish(PowerSgdState& state, int64_t index, bool isLast, int worldSiz
 
 FuturePtr runBatchedPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const GroupPtr& group,
                              c10d::GradBucket& bucket) {
-  std::unique_lock<std::mutex> lock;
-  if (FuturePtr uncompressed = startPowerSgd(statePtr, group, bucket, lock, kOp)) return uncompressed;
+  PowerSgdStart start = startPowerSgd(statePtr, group, bucket, kOp);
+  if (start.allreduced) return start.allreduced;
   PowerSgdState& state = *statePtr;
-  at::Tensor input = bucket.getBufferRef();
-  const int64_t index = static_cast<int64_t>(bucket.getIndex());
+  const at::Tensor& input = start.input;
+  const int64_t index = start.index;
   if (input.numel() == 0) {
     state.maybeIncreaseIter(bucket.isLast());
     return completedFuture(input);
   }
   auto step = std::make_shared<Step>(prepare(state, index, input));
   state.reportCompressionStats(bucket);
-  lock.unlock();
+  start.lock.unlock();
 
   at::mm_out(step->p, step->matrix, step->q);
   FuturePtr pFut = allreduceSum(group, step->p);

@@ -47,10 +47,47 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs);
 // the error buffer then holds a copy of input, so step 2 (error -= decompressed input) leaves copy - result.
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op);
 
+// powerSGD_hook's error feedback for one bucket step. The constructor (state's lock held) does step 1: the bucket
+// += its error. Each region (one of `regions`, views of the bucket that tile it) then gets its decompressed values
+// through replace() or writeRankOne(sliceFor(region)), which also set error = the region's error-fed values - its
+// new values (step 2); finish() does step 2 where that could not be done region by region (other devices or
+// dtypes, regions that do not tile the bucket: then step 1 kept a copy of the error-fed bucket). Without
+// use_error_feedback it only writes the values.
+class ErrorFeedback {
+ public:
+  ErrorFeedback(PowerSgdState& state, int64_t index, at::Tensor input, const std::vector<at::Tensor>& regions,
+                const char* op);
+  // Whether regions are replaced one by one (then decompressed values go through a scratch buffer, not the region).
+  bool perRegion() const { return perRegion_; }
+  // The part of the error behind `region`; undefined unless perRegion().
+  at::Tensor sliceFor(const at::Tensor& region) const;
+  // region = values (values: region's size), updating the error per region.
+  void replace(at::Tensor& region, const at::Tensor& values);
+  // error = copy - input, unless done per region.
+  void finish();
+
+ private:
+  at::Tensor input_;
+  at::Tensor error_;  // undefined without error feedback
+  bool perRegion_ = false;
+};
+
+// Whether writeRankOne handles these tensors: contiguous CPU float32, out (n, m), p n and q m elements.
+bool canWriteRankOne(const at::Tensor& out, const at::Tensor& p, const at::Tensor& q);
+// out = p q^T (the decompression at rank 1) and, if errorSlice is defined, errorSlice = out's old values - new ones,
+// in one pass; each element is the one rounded product p_i * q_j that bmm computes, so the bits are bmm's.
+void writeRankOne(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const at::Tensor& errorSlice);
+
 // The start of both PowerSGD hooks: checks the arguments and takes the state's lock. Before start_powerSGD_iter
-// it counts the step, releases the lock and returns allreduce_hook's future; otherwise it returns null, lock held.
-FuturePtr startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
-                        c10d::GradBucket& bucket, std::unique_lock<std::mutex>& lock, const char* op);
+// it counts the step, releases the lock and sets `allreduced` to allreduce_hook's future.
+struct PowerSgdStart {
+  std::unique_lock<std::mutex> lock;  // the state's mutex, held unless `allreduced` is set
+  FuturePtr allreduced;
+  at::Tensor input;                   // the bucket's buffer
+  int64_t index = 0;                  // the bucket's index
+};
+PowerSgdStart startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
+                            c10d::GradBucket& bucket, const char* op);
 
 // Rank of this process in `group`, for error messages.
 int groupRank(const GroupPtr& group);

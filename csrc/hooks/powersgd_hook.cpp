@@ -1,7 +1,7 @@
 // powerSGD_hook: layer-wise PowerSGD with torch's semantics (powerSGD_hook.py), in C++ for the whole bucket.
 //
 // Before start_powerSGD_iter: allreduce_hook. Afterwards, per bucket:
-//  1. error feedback: bucket += error; remember the sum (addErrorFeedback);
+//  1. error feedback: bucket += error (ErrorFeedback);
 //  2. classify each gradient, viewed as (n, m = numel / n): compressed iff (n + m) r * min_rate < n m
 //     (r = min(n, m, rank)); the others (all vectors) go, concatenated, into one uncompressed buffer;
 //  3. group compressed matrices by shape (first-seen order), optionally stacked into one batch per shape;
@@ -11,8 +11,11 @@
 //     rank issues collectives in the same order); wait for P;
 //  6. orthogonalise P; Q = M^T P; allreduce the Q memory;
 //  7. when both are done: uncompressed /= size and copied back; Q /= size; M = P Q^T written into the gradients
-//     (unstacked if batched); error = remembered sum - result; without warm start the memories are dropped.
+//     (unstacked if batched); error = error-fed input - result, region by region as each region is overwritten
+//     (ErrorFeedback; rank 1 computes, writes and updates the error in one pass); without warm start the
+//     memories are dropped.
 // The arithmetic is torch's op for op (same ATen calls on the same shapes), so parameters match bit for bit.
+#include <ATen/Context.h>
 #include <ATen/core/jit_type.h>
 
 #include <atomic>
@@ -143,29 +146,87 @@ void initQs(PowerSgdState& state, std::vector<Batch>& batches, bool randomize) {
   for (auto& q : qs) orthogonalize(q, state.options.orthogonalizationEpsilon);
 }
 
+// The per-step tensors the decompression (step 7) needs once the allreduces are done.
+struct Step {
+  at::Tensor input;
+  at::Tensor uncompressedMemory;
+  std::vector<at::Tensor> uncompressed;
+  std::vector<Batch> batches;  // P and Q are views of the P and Q memories
+  at::Tensor qMemory;
+  ErrorFeedback error;
+  at::Tensor scratch;  // see scratchFor
+  bool isLast;
+};
+
+// Below this many products bmm computes with its own loop (zero + products), not BLAS: it is left to bmm.
+constexpr int64_t kSmallProduct = 400;
+
+// Whether bmm would run a float32 rank-1 product as BLAS does, one rounded product per element: not when
+// torch.set_float32_matmul_precision lets it use reduced-precision kernels.
+bool fullPrecisionMatmul() {
+  return at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+}
+
+// M = P Q^T for one batch into its gradients, each gradient's error updated as it is overwritten (ErrorFeedback).
+// At rank 1 a large unstacked matrix is computed, written and error-updated in one pass (writeRankOne: bmm's bits).
+void writeBatch(Batch& batch, ErrorFeedback& error, const at::Tensor& scratch) {
+  const auto product = [&batch](at::Tensor out) { at::bmm_out(out, batch.p, batch.q.transpose(1, 2)); };
+  if (!batch.originals.empty()) {
+    product(batch.matrix);
+    for (size_t i = 0; i < batch.originals.size(); ++i) {
+      error.replace(batch.originals[i], batch.matrix[static_cast<int64_t>(i)]);
+    }
+    return;
+  }
+  at::Tensor out = batch.matrix.select(0, 0);
+  at::Tensor p = batch.p.view({-1});
+  at::Tensor q = batch.q.view({-1});
+  if (batch.p.size(2) == 1 && out.numel() >= kSmallProduct && canWriteRankOne(out, p, q) && fullPrecisionMatmul()) {
+    writeRankOne(out, p, q, error.sliceFor(out));
+    return;
+  }
+  if (!error.perRegion()) {
+    product(batch.matrix);
+    return;
+  }
+  at::Tensor values = scratch.narrow(0, 0, out.numel()).view(batch.matrix.sizes());
+  product(values);
+  error.replace(out, values);
+}
+
 // Step 7 (called when the uncompressed and Q allreduces are done).
-at::Tensor decompress(PowerSgdState& state, int64_t index, bool isLast, int worldSize, at::Tensor input,
-                      const at::Tensor& uncompressedMemory, const std::vector<at::Tensor>& uncompressed,
-                      std::vector<Batch>& batches, const at::Tensor& qMemory) {
-  uncompressedMemory.div_(worldSize);
+at::Tensor decompress(PowerSgdState& state, Step& step, int worldSize) {
+  step.uncompressedMemory.div_(worldSize);
   int64_t offset = 0;
-  for (const auto& t : uncompressed) {
-    t.copy_(uncompressedMemory.narrow(0, offset, t.numel()).view_as(t));
+  for (auto& t : step.uncompressed) {
+    step.error.replace(t, step.uncompressedMemory.narrow(0, offset, t.numel()));
     offset += t.numel();
   }
-  qMemory.div_(worldSize);
-  for (auto& batch : batches) {
-    at::bmm_out(batch.matrix, batch.p, batch.q.transpose(1, 2));
-    for (size_t i = 0; i < batch.originals.size(); ++i) batch.originals[i].copy_(batch.matrix[i]);
-  }
+  step.qMemory.div_(worldSize);
+  for (auto& batch : step.batches) writeBatch(batch, step.error, step.scratch);
+  step.error.finish();
   std::lock_guard<std::mutex> guard(state.mutex);
-  if (state.options.useErrorFeedback) state.errorDict[index].sub_(input);
   if (!state.options.warmStart) {
     state.pMemoryDict.clear();
     state.qMemoryDict.clear();
   }
-  state.maybeIncreaseIter(isLast);
-  return input;
+  state.maybeIncreaseIter(step.isLast);
+  return step.input;
+}
+
+// Room for the largest unstacked product: with per-region error feedback it is computed there, not in place.
+at::Tensor scratchFor(PowerSgdWorkspace& ws, const std::vector<Batch>& batches, const ErrorFeedback& error,
+                      const at::TensorOptions& options) {
+  int64_t largest = 0;
+  for (const auto& b : batches) {
+    if (b.originals.empty()) largest = std::max(largest, b.matrix.numel());
+  }
+  if (!error.perRegion() || largest == 0) return {};
+  if (!ws.scratch.defined() || ws.scratch.numel() < largest || ws.scratch.scalar_type() != options.dtype() ||
+      ws.scratch.device() != options.device()) {
+    ws.scratch = at::empty({largest}, options);
+  }
+  return ws.scratch;
 }
 
 // A future completed with fn() once both `a` and `b` are done, or with the first error (no thread blocks).
@@ -205,42 +266,43 @@ class PowerSgdCommHook : public TensorResultHook {
 
 FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const GroupPtr& group,
                       c10d::GradBucket& bucket) {
-  std::unique_lock<std::mutex> lock;
-  if (FuturePtr uncompressed = startPowerSgd(statePtr, group, bucket, lock, kOp)) return uncompressed;
+  PowerSgdStart start = startPowerSgd(statePtr, group, bucket, kOp);
+  if (start.allreduced) return start.allreduced;
   PowerSgdState& state = *statePtr;
-  at::Tensor input = bucket.getBufferRef();
-  const int64_t index = static_cast<int64_t>(bucket.getIndex());
-  if (state.options.useErrorFeedback) addErrorFeedback(state, index, input, kOp);
-  Plan plan = planCompression(state, bucket.getGradients());
+  at::Tensor& input = start.input;
+  const int64_t index = start.index;
+  const std::vector<at::Tensor> grads = bucket.getGradients();
+  ErrorFeedback error(state, index, input, grads, kOp);
+  Plan plan = planCompression(state, grads);
   state.reportCompressionStats(bucket);
   PowerSgdWorkspace& ws = state.workspaces[index];
   at::Tensor uncompressedMemory = packUncompressed(ws, plan.uncompressed, input.options());
   const bool randomize = prepareMemories(state, ws, index, plan, input.options());
   at::Tensor pMemory = state.pMemoryDict[index];
   at::Tensor qMemory = state.qMemoryDict[index];
-  auto batches = std::make_shared<std::vector<Batch>>(makeBatches(state, ws, plan, pMemory, qMemory));
-  initQs(state, *batches, randomize);
-  lock.unlock();
+  auto step = std::make_shared<Step>(Step{input, uncompressedMemory, std::move(plan.uncompressed),
+                                          makeBatches(state, ws, plan, pMemory, qMemory), qMemory,
+                                          std::move(error), {}, bucket.isLast()});
+  step->scratch = scratchFor(ws, step->batches, step->error, input.options());
+  initQs(state, step->batches, randomize);
+  start.lock.unlock();
 
-  for (auto& b : *batches) at::bmm_out(b.p, b.matrix, b.q);
+  for (auto& b : step->batches) at::bmm_out(b.p, b.matrix, b.q);
   FuturePtr uncompressedFut = allreduceSum(group, uncompressedMemory);
   FuturePtr pFut = allreduceSum(group, pMemory);
   pFut->wait();
   TORCH_CHECK(!pFut->hasError(), kOp, ": rank ", groupRank(group), ": allreduce of P failed: ",
               pFut->tryRetrieveErrorMessage());
-  for (auto& b : *batches) {
+  for (auto& b : step->batches) {
     orthogonalize(b.p, state.options.orthogonalizationEpsilon);
     at::bmm_out(b.q, b.matrix.transpose(1, 2), b.p);
   }
   FuturePtr qFut = allreduceSum(group, qMemory);
 
   const int worldSize = group->getSize();
-  return whenBoth(uncompressedFut, qFut,
-                  [statePtr, worldSize, input, uncompressedMemory, batches, qMemory,
-                   uncompressed = std::move(plan.uncompressed), isLast = bucket.isLast(), index]() {
-                    return decompress(*statePtr, index, isLast, worldSize, input, uncompressedMemory, uncompressed,
-                                      *batches, qMemory);
-                  });
+  return whenBoth(uncompressedFut, qFut, [statePtr, step, worldSize]() {
+    return decompress(*statePtr, *step, worldSize);
+  });
 }
 
 std::unique_ptr<c10d::CommHookInterface> makePowerSgdHook(GroupPtr group, std::shared_ptr<PowerSgdState> state,

@@ -2,7 +2,6 @@
 #include "tunedist/hooks/powersgd_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
@@ -51,7 +50,8 @@ int64_t PowerSgdState::workspaceBytes() {
   std::lock_guard<std::mutex> guard(mutex);
   int64_t total = 0;
   for (auto& [index, ws] : workspaces) {
-    total += tensorBytes(ws.uncompressed) + tensorBytes(ws.padded) + tensorBytes(ws.p) + tensorBytes(ws.q);
+    total += tensorBytes(ws.uncompressed) + tensorBytes(ws.padded) + tensorBytes(ws.p) + tensorBytes(ws.q) +
+             tensorBytes(ws.scratch);
     for (auto& t : ws.stacked) total += tensorBytes(t);
   }
   return total;
@@ -61,64 +61,26 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs) {
   const auto seed = static_cast<uint64_t>(state.rng.randint(kSeedBound));
   at::Generator gen = at::detail::createCPUGenerator(seed);
   for (auto& q : qs) {
+    if (q.is_cpu() && q.is_contiguous()) {
+      q.normal_(0, 1, gen);  // randn's draw, written in place: the same values without a temporary
+      continue;
+    }
     at::Tensor drawn = at::randn(q.sizes(), gen, at::TensorOptions().dtype(q.scalar_type()).device(at::kCPU));
     q.copy_(drawn);
   }
 }
 
-FuturePtr startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
-                        c10d::GradBucket& bucket, std::unique_lock<std::mutex>& lock, const char* op) {
+PowerSgdStart startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
+                            c10d::GradBucket& bucket, const char* op) {
   TORCH_CHECK(state, op, ": the state is None; pass a tunedist.hooks.powerSGD.PowerSGDState");
   TORCH_CHECK(group, op, ": no process group");
-  lock = std::unique_lock<std::mutex>(state->mutex);
-  if (state->iter >= state->options.startPowerSgdIter) return {};
+  PowerSgdStart start{std::unique_lock<std::mutex>(state->mutex), {}, bucket.getBufferRef(),
+                      static_cast<int64_t>(bucket.getIndex())};
+  if (state->iter >= state->options.startPowerSgdIter) return start;
   state->maybeIncreaseIter(bucket.isLast());
-  lock.unlock();
-  return allreduceMean(group, bucket.getBufferRef());
-}
-
-namespace {
-
-// input += error, then error = input: one pass over both for contiguous CPU float32 (the same float additions as
-// add_, so the same bits), ATen's add_ and copy_ otherwise.
-void addAndRemember(at::Tensor& input, at::Tensor& error) {
-  const bool fused = input.is_cpu() && error.is_cpu() && input.scalar_type() == at::kFloat &&
-                     error.scalar_type() == at::kFloat && input.is_contiguous() && error.is_contiguous();
-  if (!fused) {
-    input.add_(error);
-    error.copy_(input);
-    return;
-  }
-  float* in = input.data_ptr<float>();
-  float* err = error.data_ptr<float>();
-  at::parallel_for(0, input.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-    float* __restrict a = in + begin;
-    float* __restrict b = err + begin;
-    for (int64_t i = 0; i < end - begin; ++i) {
-      const float sum = a[i] + b[i];
-      a[i] = sum;
-      b[i] = sum;
-    }
-  });
-}
-
-}  // namespace
-
-void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op) {
-  auto it = state.errorDict.find(bucketIndex);
-  if (it == state.errorDict.end()) {
-    it = state.errorDict.emplace(bucketIndex, at::empty_like(input)).first;
-  } else {
-    TORCH_CHECK(it->second.numel() == input.numel() && it->second.scalar_type() == input.scalar_type(), op,
-                ": the error-feedback tensor of bucket ", bucketIndex, " has ", it->second.numel(), " elements of ",
-                it->second.scalar_type(), " but the bucket has ", input.numel(), " of ", input.scalar_type(),
-                ". The buckets changed since the state was saved (another model, bucket_cap_mb or parameter "
-                "order?); start PowerSGD after DDP's bucket rebuild (start_powerSGD_iter >= 2) and restore the "
-                "state into the same model configuration.");
-    addAndRemember(input, it->second);
-    return;
-  }
-  it->second.copy_(input);
+  start.lock.unlock();
+  start.allreduced = allreduceMean(group, start.input);
+  return start;
 }
 
 }  // namespace tunedist::hooks

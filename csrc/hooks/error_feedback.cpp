@@ -1,0 +1,161 @@
+// PowerSGD's error feedback (torch's use_error_feedback), in as few passes over memory as torch's arithmetic allows.
+// torch: input += error; copy = input; (compress, decompress into input); error = copy - input.
+// powerSGD_hook on CPU float32 (ErrorFeedback, per region): input += error in one pass, nothing copied; each region
+// of the bucket is then replaced by its decompressed values in one pass that also writes error = region's old
+// (error-fed) values - new values, and a rank-1 region is computed, replaced and error-updated in one pass
+// (writeRankOne). Elsewhere (and in batched_powerSGD_hook): add and copy in one pass (addErrorFeedback), subtract
+// the whole buffer at the end. Every float operation is one torch's hook does (a + b, a - b, p * q): same bits.
+#include <ATen/Parallel.h>
+
+#include "hooks/hook_common.h"
+
+namespace tunedist::hooks {
+namespace {
+
+// Elements per parallel_for chunk of the fused loops.
+constexpr int64_t kGrain = int64_t{1} << 16;
+
+bool cpuFloat(const at::Tensor& t) { return t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(); }
+
+// input += error, then error = input: one pass over both for contiguous CPU float32, ATen's add_ and copy_ otherwise.
+void addAndRemember(at::Tensor& input, at::Tensor& error) {
+  if (!cpuFloat(input) || !cpuFloat(error)) {
+    input.add_(error);
+    error.copy_(input);
+    return;
+  }
+  float* in = input.data_ptr<float>();
+  float* err = error.data_ptr<float>();
+  at::parallel_for(0, input.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    float* __restrict a = in + begin;
+    float* __restrict b = err + begin;
+    for (int64_t i = 0; i < end - begin; ++i) {
+      const float sum = a[i] + b[i];
+      a[i] = sum;
+      b[i] = sum;
+    }
+  });
+}
+
+// Whether `t` is a contiguous view of `buffer`'s storage, inside it.
+bool viewsInto(const at::Tensor& t, const at::Tensor& buffer) {
+  const int64_t offset = t.storage_offset() - buffer.storage_offset();
+  return t.is_contiguous() && t.is_alias_of(buffer) && offset >= 0 && offset + t.numel() <= buffer.numel();
+}
+
+void checkErrorShape(const at::Tensor& error, const at::Tensor& input, int64_t bucketIndex, const char* op) {
+  TORCH_CHECK(error.numel() == input.numel() && error.scalar_type() == input.scalar_type(), op,
+              ": the error-feedback tensor of bucket ", bucketIndex, " has ", error.numel(), " elements of ",
+              error.scalar_type(), " but the bucket has ", input.numel(), " of ", input.scalar_type(),
+              ". The buckets changed since the state was saved (another model, bucket_cap_mb or parameter "
+              "order?); start PowerSGD after DDP's bucket rebuild (start_powerSGD_iter >= 2) and restore the "
+              "state into the same model configuration.");
+}
+
+}  // namespace
+
+void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op) {
+  auto it = state.errorDict.find(bucketIndex);
+  if (it == state.errorDict.end()) {
+    state.errorDict.emplace(bucketIndex, input.clone(at::MemoryFormat::Contiguous));
+    return;
+  }
+  checkErrorShape(it->second, input, bucketIndex, op);
+  addAndRemember(input, it->second);
+}
+
+ErrorFeedback::ErrorFeedback(PowerSgdState& state, int64_t index, at::Tensor input,
+                             const std::vector<at::Tensor>& regions, const char* op)
+    : input_(std::move(input)) {
+  if (!state.options.useErrorFeedback) return;
+  int64_t covered = 0;
+  bool views = cpuFloat(input_);
+  for (const auto& r : regions) {
+    views = views && viewsInto(r, input_) && cpuFloat(r);
+    covered += r.numel();
+  }
+  // Regions that tile the buffer (GradBucket's gradients do): each element is replaced exactly once.
+  perRegion_ = views && covered == input_.numel();
+  if (!perRegion_) {
+    addErrorFeedback(state, index, input_, op);
+    error_ = state.errorDict[index];
+    return;
+  }
+  auto it = state.errorDict.find(index);
+  if (it == state.errorDict.end()) {
+    error_ = at::empty_like(input_);  // written in full by replace()
+    state.errorDict.emplace(index, error_);
+    return;
+  }
+  checkErrorShape(it->second, input_, index, op);
+  error_ = it->second;
+  TORCH_CHECK(cpuFloat(error_), op, ": the error-feedback tensor of bucket ", index, " must be a contiguous CPU "
+              "float32 tensor like the bucket");
+  float* __restrict in = input_.data_ptr<float>();
+  const float* __restrict err = error_.data_ptr<float>();
+  at::parallel_for(0, input_.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) in[i] += err[i];
+  });
+}
+
+at::Tensor ErrorFeedback::sliceFor(const at::Tensor& region) const {
+  if (!perRegion_) return {};
+  return error_.narrow(0, region.storage_offset() - input_.storage_offset(), region.numel());
+}
+
+void ErrorFeedback::replace(at::Tensor& region, const at::Tensor& values) {
+  at::Tensor slice = sliceFor(region);
+  if (!slice.defined() || !cpuFloat(values) || values.numel() != region.numel()) {
+    TORCH_CHECK(!slice.defined(), "tunedist.hooks.ErrorFeedback: replacement values must be contiguous CPU float32 "
+                "of the region's size");
+    region.copy_(values.view_as(region));
+    return;
+  }
+  float* __restrict e = slice.data_ptr<float>();
+  float* __restrict g = region.data_ptr<float>();
+  const float* __restrict v = values.data_ptr<float>();
+  at::parallel_for(0, region.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      e[i] = g[i] - v[i];  // torch: error = error-fed input - decompressed input
+      g[i] = v[i];
+    }
+  });
+}
+
+void ErrorFeedback::finish() {
+  if (error_.defined() && !perRegion_) error_.sub_(input_);
+}
+
+bool canWriteRankOne(const at::Tensor& out, const at::Tensor& p, const at::Tensor& q) {
+  return out.dim() == 2 && cpuFloat(out) && cpuFloat(p) && cpuFloat(q) && p.numel() == out.size(0) &&
+         q.numel() == out.size(1);
+}
+
+void writeRankOne(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const at::Tensor& errorSlice) {
+  TORCH_CHECK(canWriteRankOne(out, p, q) && (!errorSlice.defined() || (cpuFloat(errorSlice) &&
+              errorSlice.numel() == out.numel())), "tunedist.hooks.writeRankOne: needs contiguous CPU float32 "
+              "tensors out (n, m), p (n), q (m) and an error slice of n*m elements");
+  const int64_t rows = out.size(0), cols = out.size(1);
+  float* __restrict o = out.data_ptr<float>();
+  float* __restrict e = errorSlice.defined() ? errorSlice.data_ptr<float>() : nullptr;
+  const float* __restrict pv = p.data_ptr<float>();
+  const float* __restrict qv = q.data_ptr<float>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* __restrict row = o + i * cols;
+      const float pi = pv[i];
+      if (e == nullptr) {
+        for (int64_t j = 0; j < cols; ++j) row[j] = pi * qv[j];
+        continue;
+      }
+      float* __restrict erow = e + i * cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = pi * qv[j];  // BLAS's rank-1 product: one rounding, as here
+        erow[j] = row[j] - v;        // error = error-fed input - decompressed input
+        row[j] = v;
+      }
+    }
+  });
+}
+
+}  // namespace tunedist::hooks
