@@ -101,13 +101,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::launch(c10d::OpType type, const cha
   const bool onWorker = std::this_thread::get_id() == worker_.get_id();
   if (!asyncOp && !busy_ && queue_.empty() && !onWorker && bytes <= options_.inlineMaxBytes && !coalescing_) {
     // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
-    busy_ = true;
-    lock.unlock();
-    std::exception_ptr error = execute(item);
-    lock.lock();
-    releaseEngineLocked();
-    lock.unlock();
-    settle(item, error);
+    runLocked(item, lock);
     return work;
   }
   if (onWorker) {
@@ -146,12 +140,18 @@ void TunedBackend::helpUntil(const TunedWork& work) {
 }
 
 // Called with mutex_ held (through `lock`), the engine free and the queue non-empty: runs the next operation on
-// this thread, without the lock while it runs and while its callbacks run; returns with the lock held. The engine
-// is released before the callbacks, so the next operation may start (on a replacement worker, see
-// retireWorkerLocked) while this thread runs the callbacks of the finished one.
+// this thread (runLocked).
 void TunedBackend::runNextLocked(std::unique_lock<std::mutex>& lock) {
   Item item = std::move(queue_.front());
   queue_.pop_front();
+  runLocked(item, lock);
+}
+
+// Called with mutex_ held (through `lock`) and the engine free: runs `item` on this thread, without the lock while it
+// runs and while its callbacks run; returns with the lock held. The engine is released before the callbacks, so the
+// next operation may start (on a replacement worker, see retireWorkerLocked) while this thread runs the callbacks
+// of the finished one.
+void TunedBackend::runLocked(Item& item, std::unique_lock<std::mutex>& lock) {
   busy_ = true;
   lock.unlock();
   std::exception_ptr error = execute(item);

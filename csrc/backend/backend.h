@@ -207,6 +207,7 @@ class TunedBackend : public c10d::Backend {
   void releaseEngineLocked();
   void helpUntil(const TunedWork& work);
   void runNextLocked(std::unique_lock<std::mutex>& lock);
+  void runLocked(Item& item, std::unique_lock<std::mutex>& lock);
   c10d::Backend* cudaSideFor(const char* op, const DeviceScan& scan, bool failGroup);
   // Makes the engines once the layout is known (topology.cpp).
   void makeEngines(const shm::HostLayout& layout);
