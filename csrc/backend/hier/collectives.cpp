@@ -52,6 +52,16 @@ const std::vector<const char*>& describeFields() {
 
 namespace {
 
+// Flat gloo views of one block per rank: an all_gather's outputs, a gather or scatter root's blocks.
+std::vector<at::Tensor> flatGlooViews(const std::vector<at::Tensor>& blocks) {
+  std::vector<at::Tensor> views;
+  views.reserve(blocks.size());
+  for (const auto& b : blocks) {
+    views.push_back(glooView(b).view({-1}));
+  }
+  return views;
+}
+
 template <typename Opts>
 Opts withTimeout(Ctx c) {
   Opts o;
@@ -90,10 +100,7 @@ void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& block
     return;
   }
   std::vector<at::Tensor> ins{glooView(in).view({-1})};
-  std::vector<std::vector<at::Tensor>> outs(1);
-  for (const auto& b : blocks) {
-    outs[0].push_back(glooView(b).view({-1}));
-  }
+  std::vector<std::vector<at::Tensor>> outs{flatGlooViews(blocks)};
   c.x.countData(size_t(bytesOf(in)) * blocks.size());
   c.x.wait(c.x.group(c.x.everyone())->allgather(outs, ins, withTimeout<c10d::AllgatherOptions>(c)), c.op);
 }
@@ -107,10 +114,7 @@ void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, 
   std::vector<at::Tensor> ins{glooView(in).view({-1})};
   std::vector<std::vector<at::Tensor>> outs;
   if (c.x.rank() == root) {
-    outs.emplace_back();
-    for (const auto& b : blocks) {
-      outs[0].push_back(glooView(b).view({-1}));
-    }
+    outs.push_back(flatGlooViews(blocks));
   }
   auto opts = withTimeout<c10d::GatherOptions>(c);
   opts.rootRank = root;
@@ -127,10 +131,7 @@ void scatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out
   std::vector<at::Tensor> outs{glooView(out).view({-1})};
   std::vector<std::vector<at::Tensor>> ins;
   if (c.x.rank() == root) {
-    ins.emplace_back();
-    for (const auto& b : blocks) {
-      ins[0].push_back(glooView(b).view({-1}));
-    }
+    ins.push_back(flatGlooViews(blocks));
   }
   auto opts = withTimeout<c10d::ScatterOptions>(c);
   opts.rootRank = root;
