@@ -100,7 +100,34 @@ std::vector<double> measureCopyGbps(size_t bytes, int reps) {
   return out;
 }
 
+// The holder of tunedist._C.TunedBackend objects (as torch's ProcessGroupGloo has): it drops its reference with the
+// GIL released. Python code drops a backend (destroy_process_group) holding the GIL; the last reference ends the
+// backend, which joins threads (our worker, the gloo groups' threads between hosts) that may need the GIL to release
+// a Python-owned tensor they held last. Joining them under the GIL deadlocked.
+template <typename T>
+class NoGilIntrusivePtr {
+ public:
+  NoGilIntrusivePtr() = default;
+  explicit NoGilIntrusivePtr(T* p) : ptr_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(p)) {}
+  NoGilIntrusivePtr(const NoGilIntrusivePtr&) = default;
+  NoGilIntrusivePtr& operator=(const NoGilIntrusivePtr&) = default;
+  ~NoGilIntrusivePtr() {
+    if (ptr_ && PyGILState_Check() != 0) {
+      py::gil_scoped_release release;
+      ptr_.reset();
+    }
+  }
+  T* get() const { return ptr_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> ptr_;  // the only member: pybind reads this holder as a c10::intrusive_ptr<c10d::Backend>
+};
+static_assert(sizeof(NoGilIntrusivePtr<tunedist::TunedBackend>) == sizeof(c10::intrusive_ptr<c10d::Backend>),
+              "pybind casts the holder of a TunedBackend to torch's holder of a Backend");
+
 }  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilIntrusivePtr<T>, true);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tunedist native module";
@@ -111,7 +138,7 @@ PYBIND11_MODULE(_C, m) {
   // with a bound device whose backend supports splitting, has the ranks left out of the new group call
   // perform_nocolor_split on the parent backend (an NCCL notion: every rank of the parent joins ncclCommSplit).
   // A `tuned` group is created by its members alone, so the ranks outside it have nothing to do.
-  py::class_<tunedist::TunedBackend, c10d::Backend, c10::intrusive_ptr<tunedist::TunedBackend>>(m, "TunedBackend")
+  py::class_<tunedist::TunedBackend, c10d::Backend, NoGilIntrusivePtr<tunedist::TunedBackend>>(m, "TunedBackend")
       .def(
           "perform_nocolor_split", [](tunedist::TunedBackend&, const py::object&) {}, py::arg("device"),
           "Nothing to do: ranks outside a new `tuned` group take no part in creating it.");

@@ -22,8 +22,11 @@ import contextlib
 import faulthandler
 import functools
 import os
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -223,12 +226,23 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
 
 
 def _dump_stacks(proc) -> None:
-    """Asks a straggler to print its threads' Python stacks (to the captured stderr) before it is killed."""
+    """Asks a straggler to print its threads' Python stacks (to the captured stderr) before it is killed, and,
+    where gdb is installed, prints every thread's native stack too (a hang inside C++ shows no Python frame)."""
     try:
         os.kill(proc.pid, signal.SIGUSR1)
     except OSError:
         return
     time.sleep(1.0)
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return
+    try:
+        out = subprocess.run([gdb, "-p", str(proc.pid), "-batch", "-nx", "-ex", "set pagination off",
+                              "-ex", "thread apply all bt 40"], capture_output=True, text=True, timeout=60)
+        frames = [line for line in out.stdout.splitlines() if line.startswith(("Thread ", "#"))]
+        print(f"native stacks of pid {proc.pid}:\n" + "\n".join(frames), file=sys.stderr)
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"native stacks of pid {proc.pid}: gdb failed: {e}", file=sys.stderr)
 
 
 def _wait(procs, paths, timeout_s: float, failure_grace_s: float) -> dict[int, str]:

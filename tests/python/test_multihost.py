@@ -127,6 +127,31 @@ def test_gloo_carries_a_slice_per_rank(hosts, per_rank_share):
         assert got[rank] == int(4 * n * share), f"rank {rank} handed gloo {got[rank]} bytes; expected {share} x 4 MiB"
 
 
+def _destroy_right_after_use(rank: int, world: int, hosts: list, ports: list) -> int:
+    os.environ["TUNEDIST_HOST_ID"] = f"host{hosts[rank]}"
+    for port in ports:
+        dist.init_process_group("tuned", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=60))
+        # Looked at from Python (as tests, tools and users do), the backend gets a Python object that torch keeps
+        # with it: destroy_process_group then ends the backend from that object's deallocation, under the GIL.
+        assert dist.group.WORLD._get_backend(torch.device("cpu")).name() == "tuned"
+        t = torch.ones(1 << 20)
+        dist.all_reduce(t)
+        assert t[0].item() == world
+        # The gloo groups between hosts may still hold the last reference to t (a Python-owned tensor) and need
+        # the GIL to drop it while destroy_process_group ends them: the backend must be ended without the GIL.
+        del t
+        dist.destroy_process_group()
+    return len(ports)
+
+
+def test_destroy_right_after_a_cross_host_op_never_hangs():
+    # Regression: about one destroy in 12 hung here (gloo's thread waiting for the GIL, held by the thread joining
+    # it). Eight cycles on each of three ranks.
+    ports = [free_port() for _ in range(8)]
+    assert launch(3, _destroy_right_after_use, [0, 0, 1], ports, init=False) == [8, 8, 8]
+
+
 def _disagree(rank: int, world: int, hosts: list) -> str:
     _init(rank, world, hosts)
     n = 10 if hosts[rank] == 0 else 12  # the hosts disagree; inside each host the ranks agree
