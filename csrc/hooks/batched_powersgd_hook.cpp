@@ -68,7 +68,7 @@ Step prepare(PowerSgdState& state, int64_t index, const at::Tensor& input) {
 
 at::Tensor finish(PowerSgdState& state, int64_t index, bool isLast, int worldSize, Step& step) {
   step.q.div_(worldSize);
-  at::mm_out(step.matrix, step.p, step.q.t());
+  writePQt(step.matrix, step.p, step.q, {});
   std::lock_guard<std::mutex> guard(state.mutex);
   if (state.options.useErrorFeedback) state.errorDict[index].sub_(step.padded);
   if (!state.options.warmStart) {
@@ -97,14 +97,14 @@ FuturePtr runBatchedPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, con
   state.reportCompressionStats(bucket);
   start.lock.unlock();
 
-  at::mm_out(step->p, step->matrix, step->q);
+  multiplyMQ(step->matrix, step->q, step->p);
   FuturePtr pFut = allreduceSum(group, step->p);
   pFut->wait();
   TORCH_CHECK(!pFut->hasError(), kOp, ": rank ", groupRank(group), ": allreduce of P failed: ",
               pFut->tryRetrieveErrorMessage());
   at::Tensor p3 = step->p.unsqueeze(0);
   orthogonalize(p3, state.options.orthogonalizationEpsilon);
-  at::mm_out(step->q, step->matrix.t(), step->p);
+  multiplyMtP(step->matrix, step->p, step->q);
   const int worldSize = group->getSize();
   return allreduceSum(group, step->q)
       ->then(

@@ -1,10 +1,11 @@
 // PowerSGD's error feedback (torch's use_error_feedback), in as few passes over memory as torch's arithmetic allows.
 // torch: input += error; copy = input; (compress, decompress into input); error = copy - input.
-// powerSGD_hook on CPU float32 (ErrorFeedback, per region): input += error in one pass, nothing copied; each region
-// of the bucket is then replaced by its decompressed values in one pass that also writes error = region's old
-// (error-fed) values - new values, and a rank-1 region is computed, replaced and error-updated in one pass
-// (writeRankOne). Elsewhere (and in batched_powerSGD_hook): add and copy in one pass (addErrorFeedback), subtract
-// the whole buffer at the end. Every float operation is one torch's hook does (a + b, a - b, p * q): same bits.
+// powerSGD_hook on CPU float32 (ErrorFeedback, per region): nothing copied; each region += its error, in the pass
+// that first reads it where a kernel can (P = (M + E) Q: addErrorAndMultiplyMQ), and is then replaced by its
+// decompressed values in one pass that also writes error = region's old (error-fed) values - new values (a
+// compressed matrix's values are computed in that same pass: writePQt).
+// Elsewhere (and in batched_powerSGD_hook): add and copy in one pass (addErrorFeedback), subtract the whole buffer
+// at the end. The error arithmetic is torch's (a + b, a - b).
 #include <ATen/Parallel.h>
 
 #include "hooks/hook_common.h"
@@ -91,10 +92,20 @@ ErrorFeedback::ErrorFeedback(PowerSgdState& state, int64_t index, at::Tensor inp
   error_ = it->second;
   TORCH_CHECK(cpuFloat(error_), op, ": the error-feedback tensor of bucket ", index, " must be a contiguous CPU "
               "float32 tensor like the bucket");
-  float* __restrict in = input_.data_ptr<float>();
-  const float* __restrict err = error_.data_ptr<float>();
-  at::parallel_for(0, input_.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) in[i] += err[i];
+  pending_ = true;
+}
+
+at::Tensor ErrorFeedback::pendingSlice(const at::Tensor& region) const {
+  return pending_ ? sliceFor(region) : at::Tensor();
+}
+
+void ErrorFeedback::applyPending(const at::Tensor& region) const {
+  if (!pending_ || region.numel() == 0) return;
+  at::Tensor slice = sliceFor(region);
+  float* __restrict g = region.data_ptr<float>();
+  const float* __restrict e = slice.data_ptr<float>();
+  at::parallel_for(0, region.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) g[i] += e[i];
   });
 }
 
@@ -124,38 +135,6 @@ void ErrorFeedback::replace(at::Tensor& region, const at::Tensor& values) {
 
 void ErrorFeedback::finish() {
   if (error_.defined() && !perRegion_) error_.sub_(input_);
-}
-
-bool canWriteRankOne(const at::Tensor& out, const at::Tensor& p, const at::Tensor& q) {
-  return out.dim() == 2 && cpuFloat(out) && cpuFloat(p) && cpuFloat(q) && p.numel() == out.size(0) &&
-         q.numel() == out.size(1);
-}
-
-void writeRankOne(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const at::Tensor& errorSlice) {
-  TORCH_CHECK(canWriteRankOne(out, p, q) && (!errorSlice.defined() || (cpuFloat(errorSlice) &&
-              errorSlice.numel() == out.numel())), "tunedist.hooks.writeRankOne: needs contiguous CPU float32 "
-              "tensors out (n, m), p (n), q (m) and an error slice of n*m elements");
-  const int64_t rows = out.size(0), cols = out.size(1);
-  float* __restrict o = out.data_ptr<float>();
-  float* __restrict e = errorSlice.defined() ? errorSlice.data_ptr<float>() : nullptr;
-  const float* __restrict pv = p.data_ptr<float>();
-  const float* __restrict qv = q.data_ptr<float>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      float* __restrict row = o + i * cols;
-      const float pi = pv[i];
-      if (e == nullptr) {
-        for (int64_t j = 0; j < cols; ++j) row[j] = pi * qv[j];
-        continue;
-      }
-      float* __restrict erow = e + i * cols;
-      for (int64_t j = 0; j < cols; ++j) {
-        const float v = pi * qv[j];  // BLAS's rank-1 product: one rounding, as here
-        erow[j] = row[j] - v;        // error = error-fed input - decompressed input
-        row[j] = v;
-      }
-    }
-  });
 }
 
 }  // namespace tunedist::hooks

@@ -47,20 +47,28 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs);
 // the error buffer then holds a copy of input, so step 2 (error -= decompressed input) leaves copy - result.
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op);
 
-// powerSGD_hook's error feedback for one bucket step. The constructor (state's lock held) does step 1: the bucket
-// += its error. Each region (one of `regions`, views of the bucket that tile it) then gets its decompressed values
-// through replace() or writeRankOne(sliceFor(region)), which also set error = the region's error-fed values - its
-// new values (step 2); finish() does step 2 where that could not be done region by region (other devices or
-// dtypes, regions that do not tile the bucket: then step 1 kept a copy of the error-fed bucket). Without
-// use_error_feedback it only writes the values.
+// powerSGD_hook's error feedback for one bucket step, in two steps: 1. each region += its error; 2. once the
+// region's decompressed values are known, error = the region's error-fed values - its new values, region = new
+// values. Regions are `regions`, views of the bucket that tile it (GradBucket's gradients).
+// Per region (contiguous CPU float32, perRegion()): step 1 is applyPending(region), or fused with the region's
+// first use (pendingSlice(region): the error a kernel adds while reading the region, e.g. P = (M + E) Q); step 2 is
+// replace() or writePQt(..., sliceFor(region)), one pass each. Every region must get step 1 exactly once, before
+// anything reads its values. Elsewhere (other devices or dtypes, regions that do not tile the bucket) the
+// constructor does step 1 for the whole bucket and keeps a copy of it, finish() does step 2, and the per-region
+// calls only write values. Without use_error_feedback nothing is added and values are only written.
 class ErrorFeedback {
  public:
+  // Called with the state's lock held.
   ErrorFeedback(PowerSgdState& state, int64_t index, at::Tensor input, const std::vector<at::Tensor>& regions,
                 const char* op);
   // Whether regions are replaced one by one (then decompressed values go through a scratch buffer, not the region).
   bool perRegion() const { return perRegion_; }
   // The part of the error behind `region`; undefined unless perRegion().
   at::Tensor sliceFor(const at::Tensor& region) const;
+  // Step 1 for `region`, if it is still to be done (per region and the bucket had an error from a previous step).
+  void applyPending(const at::Tensor& region) const;
+  // The error the caller must add to `region` itself (step 1, fused); undefined if there is none.
+  at::Tensor pendingSlice(const at::Tensor& region) const;
   // region = values (values: region's size), updating the error per region.
   void replace(at::Tensor& region, const at::Tensor& values);
   // error = copy - input, unless done per region.
@@ -70,13 +78,12 @@ class ErrorFeedback {
   at::Tensor input_;
   at::Tensor error_;  // undefined without error feedback
   bool perRegion_ = false;
+  bool pending_ = false;  // per region: step 1 is left to the caller, region by region
 };
 
-// Whether writeRankOne handles these tensors: contiguous CPU float32, out (n, m), p n and q m elements.
-bool canWriteRankOne(const at::Tensor& out, const at::Tensor& p, const at::Tensor& q);
-// out = p q^T (the decompression at rank 1) and, if errorSlice is defined, errorSlice = out's old values - new ones,
-// in one pass; each element is the one rounded product p_i * q_j that bmm computes, so the bits are bmm's.
-void writeRankOne(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const at::Tensor& errorSlice);
+// P = (M + E) Q for a matrix M with the error E still to add (ErrorFeedback::pendingSlice), M += E in the same
+// pass on our kernels; on the ATen path M += E, then mm.
+void addErrorAndMultiplyMQ(at::Tensor& matrix, const at::Tensor& error, const at::Tensor& q, at::Tensor& p);
 
 // The start of both PowerSGD hooks: checks the arguments and takes the state's lock. Before start_powerSGD_iter
 // it counts the step, releases the lock and sets `allreduced` to allreduce_hook's future.

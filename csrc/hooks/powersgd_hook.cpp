@@ -1,23 +1,25 @@
 // powerSGD_hook: layer-wise PowerSGD with torch's semantics (powerSGD_hook.py), in C++ for the whole bucket.
 //
 // Before start_powerSGD_iter: allreduce_hook. Afterwards, per bucket:
-//  1. error feedback: bucket += error (ErrorFeedback);
+//  1. error feedback: bucket += error (ErrorFeedback; a compressed matrix on our kernels gets it in step 5's pass);
 //  2. classify each gradient, viewed as (n, m = numel / n): compressed iff (n + m) r * min_rate < n m
 //     (r = min(n, m, rank)); the others (all vectors) go, concatenated, into one uncompressed buffer;
-//  3. group compressed matrices by shape (first-seen order), optionally stacked into one batch per shape;
-//     P (B, n, r) and Q (B, m, r) are views into one P memory and one Q memory;
+//  3. group compressed matrices by shape (first-seen order), optionally one batch per shape; P (B, n, r) and
+//     Q (B, m, r) are views into one P memory and one Q memory. CPU float32 batches run our low-rank kernels
+//     matrix by matrix (low_rank.cpp: nothing stacked); others are stacked and run ATen's bmm as torch's hook;
 //  4. Q: warm start orthogonalises last step's Q, otherwise a seeded standard normal, orthogonalised;
 //  5. P = M Q; allreduce the uncompressed buffer and the P memory (issued together, on this thread, so every
 //     rank issues collectives in the same order); wait for P;
 //  6. orthogonalise P; Q = M^T P; allreduce the Q memory;
 //  7. when both are done: uncompressed /= size and copied back; Q /= size; M = P Q^T written into the gradients
 //     (unstacked if batched); error = error-fed input - result, region by region as each region is overwritten
-//     (ErrorFeedback; rank 1 computes, writes and updates the error in one pass); without warm start the
+//     (ErrorFeedback; our kernels compute, write and update the error in one pass); without warm start the
 //     memories are dropped.
-// The arithmetic is torch's op for op (same ATen calls on the same shapes), so parameters match bit for bit.
-#include <ATen/Context.h>
+// The algorithm is torch's step for step. Our kernels round differently from BLAS (FMA, summation order), so
+// parameters match torch's to float tolerance; the ATen path (other devices and dtypes) matches bit for bit.
 #include <ATen/core/jit_type.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -30,10 +32,11 @@ namespace {
 constexpr const char* kOp = "tunedist.hooks.powerSGD_hook";
 
 struct Batch {
-  at::Tensor matrix;                   // (B, n, m): a view of one gradient, or the stacked gradients
-  std::vector<at::Tensor> originals;   // the gradients behind a stacked batch (empty when not stacked)
-  at::Tensor p;
-  at::Tensor q;
+  std::vector<at::Tensor> matrices;  // the B gradients, each viewed (n, m)
+  at::Tensor p;                      // (B, n, r)
+  at::Tensor q;                      // (B, m, r)
+  bool native = false;               // our kernels, matrix by matrix
+  at::Tensor stacked;                // ATen path: (B, n, m), stacked copies if B > 1, else matrices[0] unsqueezed
 };
 
 struct Plan {
@@ -81,13 +84,14 @@ at::Tensor reuse(at::Tensor& slot, at::IntArrayRef sizes, const at::TensorOption
   return slot;
 }
 
-at::Tensor packUncompressed(PowerSgdWorkspace& ws, const std::vector<at::Tensor>& tensors,
+at::Tensor packUncompressed(PowerSgdWorkspace& ws, const std::vector<at::Tensor>& tensors, const ErrorFeedback& error,
                             const at::TensorOptions& options) {
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
   at::Tensor memory = reuse(ws.uncompressed, {total}, options);
   int64_t offset = 0;
   for (const auto& t : tensors) {
+    error.applyPending(t);
     memory.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
     offset += t.numel();
   }
@@ -110,33 +114,75 @@ bool prepareMemories(PowerSgdState& state, PowerSgdWorkspace& ws, int64_t index,
 }
 
 // Step 3: batches with their P/Q views, in torch's order.
-std::vector<Batch> makeBatches(PowerSgdState& state, PowerSgdWorkspace& ws, Plan& plan, const at::Tensor& pMemory,
-                               const at::Tensor& qMemory) {
+// The error of a native batch's matrices is added with P = M Q (computeP); the others get it here, before stacking.
+std::vector<Batch> makeBatches(PowerSgdState& state, PowerSgdWorkspace& ws, Plan& plan, const ErrorFeedback& error,
+                               const at::Tensor& pMemory, const at::Tensor& qMemory) {
   std::vector<Batch> batches;
-  size_t stackSlot = 0;
+  const auto add = [&batches](std::vector<at::Tensor> matrices) {
+    batches.emplace_back();
+    batches.back().matrices = std::move(matrices);
+  };
   for (auto& group : plan.groups) {
     if (state.options.batchTensorsWithSameShape && group.size() > 1) {
-      if (ws.stacked.size() <= stackSlot) ws.stacked.resize(stackSlot + 1);
-      const int64_t b = static_cast<int64_t>(group.size());
-      at::Tensor stacked = reuse(ws.stacked[stackSlot++], {b, group[0].size(0), group[0].size(1)},
-                                 group[0].options());
-      at::stack_out(stacked, group);
-      batches.push_back({stacked, group, {}, {}});
+      add(group);
     } else {
-      for (auto& t : group) batches.push_back({t.unsqueeze(0), {}, {}, {}});
+      for (auto& t : group) add({t});
     }
   }
   int64_t pOffset = 0;
   int64_t qOffset = 0;
+  size_t stackSlot = 0;
   for (auto& batch : batches) {
-    const int64_t b = batch.matrix.size(0), n = batch.matrix.size(1), m = batch.matrix.size(2);
+    const auto b = static_cast<int64_t>(batch.matrices.size());
+    const int64_t n = batch.matrices[0].size(0), m = batch.matrices[0].size(1);
     const int64_t r = rankFor(state, n, m);
     batch.p = pMemory.narrow(0, pOffset, b * n * r).view({b, n, r});
     batch.q = qMemory.narrow(0, qOffset, b * m * r).view({b, m, r});
     pOffset += b * n * r;
     qOffset += b * m * r;
+    batch.native = std::all_of(batch.matrices.begin(), batch.matrices.end(), [&](const at::Tensor& t) {
+      return lowRankNative(t, batch.p, batch.q);
+    });
+    if (batch.native) continue;
+    for (const auto& t : batch.matrices) error.applyPending(t);
+    if (b == 1) {
+      batch.stacked = batch.matrices[0].unsqueeze(0);
+      continue;
+    }
+    if (ws.stacked.size() <= stackSlot) ws.stacked.resize(stackSlot + 1);
+    batch.stacked = reuse(ws.stacked[stackSlot++], {b, n, m}, batch.matrices[0].options());
+    at::stack_out(batch.stacked, batch.matrices);
   }
   return batches;
+}
+
+// P = M Q (step 5; a native batch's matrices get their error in the same pass) and Q = M^T P (step 6).
+void computeP(Batch& batch, const ErrorFeedback& error) {
+  if (!batch.native) {
+    at::bmm_out(batch.p, batch.stacked, batch.q);
+    return;
+  }
+  for (size_t i = 0; i < batch.matrices.size(); ++i) {
+    const auto k = static_cast<int64_t>(i);
+    at::Tensor p = batch.p.select(0, k);
+    at::Tensor pending = error.pendingSlice(batch.matrices[i]);
+    if (pending.defined()) {
+      addErrorAndMultiplyMQ(batch.matrices[i], pending, batch.q.select(0, k), p);
+    } else {
+      multiplyMQ(batch.matrices[i], batch.q.select(0, k), p);
+    }
+  }
+}
+
+void computeQ(Batch& batch) {
+  if (!batch.native) {
+    at::bmm_out(batch.q, batch.stacked.transpose(1, 2), batch.p);
+    return;
+  }
+  for (size_t i = 0; i < batch.matrices.size(); ++i) {
+    at::Tensor q = batch.q.select(0, static_cast<int64_t>(i));
+    multiplyMtP(batch.matrices[i], batch.p.select(0, static_cast<int64_t>(i)), q);
+  }
 }
 
 void initQs(PowerSgdState& state, std::vector<Batch>& batches, bool randomize) {
@@ -158,40 +204,30 @@ struct Step {
   bool isLast;
 };
 
-// Below this many products bmm computes with its own loop (zero + products), not BLAS: it is left to bmm.
-constexpr int64_t kSmallProduct = 400;
-
-// Whether bmm would run a float32 rank-1 product as BLAS does, one rounded product per element: not when
-// torch.set_float32_matmul_precision lets it use reduced-precision kernels.
-bool fullPrecisionMatmul() {
-  return at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
-}
-
 // M = P Q^T for one batch into its gradients, each gradient's error updated as it is overwritten (ErrorFeedback).
-// At rank 1 a large unstacked matrix is computed, written and error-updated in one pass (writeRankOne: bmm's bits).
 void writeBatch(Batch& batch, ErrorFeedback& error, const at::Tensor& scratch) {
-  const auto product = [&batch](at::Tensor out) { at::bmm_out(out, batch.p, batch.q.transpose(1, 2)); };
-  if (!batch.originals.empty()) {
-    product(batch.matrix);
-    for (size_t i = 0; i < batch.originals.size(); ++i) {
-      error.replace(batch.originals[i], batch.matrix[static_cast<int64_t>(i)]);
+  if (batch.native) {
+    for (size_t i = 0; i < batch.matrices.size(); ++i) {
+      const auto k = static_cast<int64_t>(i);
+      writePQt(batch.matrices[i], batch.p.select(0, k), batch.q.select(0, k), error.sliceFor(batch.matrices[i]));
     }
     return;
   }
-  at::Tensor out = batch.matrix.select(0, 0);
-  at::Tensor p = batch.p.view({-1});
-  at::Tensor q = batch.q.view({-1});
-  if (batch.p.size(2) == 1 && out.numel() >= kSmallProduct && canWriteRankOne(out, p, q) && fullPrecisionMatmul()) {
-    writeRankOne(out, p, q, error.sliceFor(out));
+  const auto product = [&batch](at::Tensor out) { at::bmm_out(out, batch.p, batch.q.transpose(1, 2)); };
+  if (batch.matrices.size() > 1) {
+    product(batch.stacked);
+    for (size_t i = 0; i < batch.matrices.size(); ++i) {
+      error.replace(batch.matrices[i], batch.stacked[static_cast<int64_t>(i)]);
+    }
     return;
   }
   if (!error.perRegion()) {
-    product(batch.matrix);
+    product(batch.stacked);
     return;
   }
-  at::Tensor values = scratch.narrow(0, 0, out.numel()).view(batch.matrix.sizes());
+  at::Tensor values = scratch.narrow(0, 0, batch.stacked.numel()).view(batch.stacked.sizes());
   product(values);
-  error.replace(out, values);
+  error.replace(batch.matrices[0], values);
 }
 
 // Step 7 (called when the uncompressed and Q allreduces are done).
@@ -214,12 +250,13 @@ at::Tensor decompress(PowerSgdState& state, Step& step, int worldSize) {
   return step.input;
 }
 
-// Room for the largest unstacked product: with per-region error feedback it is computed there, not in place.
+// Room for the largest unstacked ATen-path product: with per-region error feedback it is computed there, not in
+// place.
 at::Tensor scratchFor(PowerSgdWorkspace& ws, const std::vector<Batch>& batches, const ErrorFeedback& error,
                       const at::TensorOptions& options) {
   int64_t largest = 0;
   for (const auto& b : batches) {
-    if (b.originals.empty()) largest = std::max(largest, b.matrix.numel());
+    if (!b.native && b.matrices.size() == 1) largest = std::max(largest, b.matrices[0].numel());
   }
   if (!error.perRegion() || largest == 0) return {};
   if (!ws.scratch.defined() || ws.scratch.numel() < largest || ws.scratch.scalar_type() != options.dtype() ||
@@ -276,18 +313,18 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
   Plan plan = planCompression(state, grads);
   state.reportCompressionStats(bucket);
   PowerSgdWorkspace& ws = state.workspaces[index];
-  at::Tensor uncompressedMemory = packUncompressed(ws, plan.uncompressed, input.options());
+  at::Tensor uncompressedMemory = packUncompressed(ws, plan.uncompressed, error, input.options());
   const bool randomize = prepareMemories(state, ws, index, plan, input.options());
   at::Tensor pMemory = state.pMemoryDict[index];
   at::Tensor qMemory = state.qMemoryDict[index];
   auto step = std::make_shared<Step>(Step{input, uncompressedMemory, std::move(plan.uncompressed),
-                                          makeBatches(state, ws, plan, pMemory, qMemory), qMemory,
+                                          makeBatches(state, ws, plan, error, pMemory, qMemory), qMemory,
                                           std::move(error), {}, bucket.isLast()});
   step->scratch = scratchFor(ws, step->batches, step->error, input.options());
   initQs(state, step->batches, randomize);
   start.lock.unlock();
 
-  for (auto& b : step->batches) at::bmm_out(b.p, b.matrix, b.q);
+  for (auto& b : step->batches) computeP(b, step->error);
   FuturePtr uncompressedFut = allreduceSum(group, uncompressedMemory);
   FuturePtr pFut = allreduceSum(group, pMemory);
   pFut->wait();
@@ -295,7 +332,7 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
               pFut->tryRetrieveErrorMessage());
   for (auto& b : step->batches) {
     orthogonalize(b.p, state.options.orthogonalizationEpsilon);
-    at::bmm_out(b.q, b.matrix.transpose(1, 2), b.p);
+    computeQ(b);
   }
   FuturePtr qFut = allreduceSum(group, qMemory);
 

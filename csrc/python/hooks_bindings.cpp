@@ -173,4 +173,15 @@ void tunedist::bindHooks(py::module& parent) {
   });
   m.def("decompress_in_place", [](at::Tensor buffer, const at::Tensor& view) { decompressInPlace(buffer, view, view); });
   m.def("orthogonalize", [](at::Tensor t, double eps) { orthogonalize(t, eps); });
+  m.def("multiply_mq", [](const at::Tensor& mat, const at::Tensor& q, at::Tensor p) { multiplyMQ(mat, q, p); },
+        py::arg("matrix"), py::arg("q"), py::arg("p"), "p = matrix @ q, in place (PowerSGD's P).");
+  m.def("multiply_mtp", [](const at::Tensor& mat, const at::Tensor& p, at::Tensor q) { multiplyMtP(mat, p, q); },
+        py::arg("matrix"), py::arg("p"), py::arg("q"), "q = matrix.T @ p, in place (PowerSGD's Q).");
+  m.def(
+      "write_pqt",
+      [](at::Tensor out, const at::Tensor& p, const at::Tensor& q, const std::optional<at::Tensor>& error) {
+        writePQt(out, p, q, error.value_or(at::Tensor()));
+      },
+      py::arg("out"), py::arg("p"), py::arg("q"), py::arg("error") = py::none(),
+      "out = p @ q.T in place; with `error`, error = out's old values - the new ones, in the same pass.");
 }

@@ -4,7 +4,10 @@
 * the fused fp16/bf16 compression equals ``x.to(dtype).div_(world_size)`` bit for bit, special values included
   (NaNs: NaN-ness only; torch's own NaN bits differ between its vector loop and its scalar tail), and
   decompression equals ``copy_``, at every SIMD level, in place and into another buffer, at odd offsets;
-* ``orthogonalize`` equals torch's ``_orthogonalize`` (Gram-Schmidt for rank <= 2, QR above) bit for bit.
+* ``orthogonalize`` equals torch's ``_orthogonalize``: to float tolerance for rank <= 2 (our Gram-Schmidt loop),
+  bit for bit above (QR), and fp16 Gram-Schmidt (ATen, torch's op sequence) bit for bit;
+* the low-rank products (P = M Q, Q = M^T P, M = P Q^T with the error in the same pass) agree with torch's
+  matmuls at every SIMD level, rank and shape (odd sizes, rank above 4, fallbacks for non-contiguous input).
 """
 
 from __future__ import annotations
@@ -151,7 +154,11 @@ def test_orthogonalize_matches_torch(rank, eps):
     ours, ref = m.clone(), m.clone()
     hooks.orthogonalize(ours, eps)
     _orthogonalize(ref, eps)
-    assert torch.equal(ours, ref)
+    if rank <= 2:  # our Gram-Schmidt loop (sums in double): float tolerance
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+        assert not torch.equal(ours, m)
+    else:  # torch.linalg.qr, as torch's
+        assert torch.equal(ours, ref)
     q = ours[0]
     torch.testing.assert_close(q.T @ q, torch.eye(rank), atol=1e-5, rtol=0)
 
@@ -159,3 +166,89 @@ def test_orthogonalize_matches_torch(rank, eps):
 def test_orthogonalize_rejects_2d():
     with pytest.raises(RuntimeError, match=r"\(B, rows, r\)"):
         hooks.orthogonalize(torch.zeros(4, 2), 0.0)
+
+
+def test_orthogonalize_fp16_follows_torch_bit_for_bit():
+    m = torch.randn(2, 29, 2, generator=torch.Generator().manual_seed(5)).half()
+    ours, ref = m.clone(), m.clone()
+    hooks.orthogonalize(ours, 0.0)
+    _orthogonalize(ref, 0.0)
+    assert torch.equal(ours, ref)
+
+
+def test_orthogonalize_zero_column_gives_nan_as_torch():
+    ours, ref = torch.zeros(1, 8, 2), torch.zeros(1, 8, 2)
+    hooks.orthogonalize(ours, 0.0)
+    _orthogonalize(ref, 0.0)
+    assert ours.isnan().all() and ref.isnan().all()
+
+
+# Shapes of real layers and odd ones: rows/columns not multiples of the 8-float vectors, a single row, r above the
+# 4-column blocks of the kernels.
+_LOW_RANK_SHAPES = [(512, 384, 1), (256, 512, 2), (37, 13, 3), (1, 9, 1), (9, 1, 1), (300, 301, 4), (64, 40, 7),
+                    (8, 8, 8)]
+
+
+def _assert_float_product(got: torch.Tensor, a: torch.Tensor, b: torch.Tensor, extra=None):
+    """got ~ a @ b (+ extra): within the worst-case float32 rounding of a k-term dot product, k * 2^-24 of the sum
+    of the terms' magnitudes (+ one rounding of the result), computed exactly in float64."""
+    a64, b64 = a.double(), b.double()
+    exact = a64 @ b64
+    scale = a64.abs() @ b64.abs()
+    if extra is not None:
+        exact = extra.double() - exact
+        scale = scale + extra.double().abs()
+    bound = (a.shape[1] + 2) * 2.0**-24 * scale + 1e-30
+    err = (got.double() - exact).abs()
+    assert bool((err <= bound).all()), f"worst error {(err / bound).max().item():.2f}x the float32 bound"
+
+
+@pytest.mark.parametrize("n,m,r", _LOW_RANK_SHAPES, ids=lambda v: str(v))
+def test_low_rank_products_match_torch_at_every_level(simd_level, n, m, r):
+    gen = torch.Generator().manual_seed(n * 1000 + m * 10 + r)
+    mat = torch.randn(n, m, generator=gen)
+    q = torch.randn(m, r, generator=gen)
+    p = torch.full((n, r), float("nan"))
+    hooks.multiply_mq(mat, q, p)
+    _assert_float_product(p, mat, q)
+    q2 = torch.full((m, r), float("nan"))
+    hooks.multiply_mtp(mat, p, q2)
+    _assert_float_product(q2, mat.T, p)
+    # out = p q2^T with the error of the old values, in one pass.
+    out, err = mat.clone(), torch.full((n, m), float("nan"))
+    hooks.write_pqt(out, p, q2, err)
+    _assert_float_product(out, p, q2.T)
+    _assert_float_product(err, p, q2.T, extra=mat)
+    out2 = mat.clone()
+    hooks.write_pqt(out2, p, q2)
+    assert torch.equal(out2, out)
+
+
+def test_low_rank_rank_one_decompression_is_the_rounded_product():
+    # At r = 1 each element is the single product p_i * q_j, as BLAS computes it: the same bits as torch.
+    gen = torch.Generator().manual_seed(1)
+    p, q = torch.randn(33, 1, generator=gen), torch.randn(70, 1, generator=gen)
+    out = torch.empty(33, 70)
+    hooks.write_pqt(out, p, q)
+    assert torch.equal(out, p @ q.T)
+
+
+def test_low_rank_products_fall_back_to_aten_off_the_fast_path():
+    gen = torch.Generator().manual_seed(2)
+    mat = torch.randn(40, 24, generator=gen, dtype=torch.float64)  # not float32: ATen's mm, bit for bit
+    q = torch.randn(24, 2, generator=gen, dtype=torch.float64)
+    p = torch.empty(40, 2, dtype=torch.float64)
+    hooks.multiply_mq(mat, q, p)
+    assert torch.equal(p, mat @ q)
+    t = torch.randn(24, 40, generator=gen).T  # float32 but not contiguous
+    q32 = torch.randn(24, 3, generator=gen)
+    p32 = torch.empty(40, 3)
+    hooks.multiply_mq(t, q32, p32)
+    assert torch.equal(p32, t @ q32)
+    with pytest.raises(RuntimeError, match="error slice needs contiguous CPU float32"):
+        hooks.write_pqt(torch.empty(40, 24, dtype=torch.float64), p, q, torch.empty(40 * 24, dtype=torch.float64))
+
+
+def test_low_rank_products_reject_mismatched_shapes():
+    with pytest.raises(RuntimeError, match=r"multiplyMQ: expects M \(n, m\), P \(n, r\) and Q \(m, r\)"):
+        hooks.multiply_mq(torch.zeros(4, 5), torch.zeros(4, 2), torch.zeros(4, 2))

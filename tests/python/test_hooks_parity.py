@@ -1,8 +1,10 @@
 """tunedist's C++ hooks give torch's results: 20 DDP steps on 2 and 3 ranks, for every hook, drop-in
 (``ddp.register_comm_hook(state, tunedist.hooks.<module>.<hook>)``) and native (``tunedist.hooks.register``).
 
-Torch's hook and ours run on the same gloo group, so the parameters must be equal bit for bit; the native hook
-also runs on the ``tuned`` group, whose reduction order may differ from gloo's at 3 ranks (float tolerance).
+Torch's hook and ours run on the same gloo group, so the parameters must be equal bit for bit, except where
+float32 PowerSGD runs our own low-rank kernels, which round differently from BLAS (float tolerance; the drop-in
+and native hooks still agree bit for bit); the native hook also runs on the ``tuned`` group, whose reduction order
+may differ from gloo's at 3 ranks (float tolerance).
 PowerSGD runs from step 2 on a model mixing compressed and uncompressed tensors, at ranks 1-2 (Gram-Schmidt) and
 4 (QR), warm start and batching on and off, and its compression statistics must be non-zero and equal to torch's.
 Batched PowerSGD is compared with torch's algorithm corrected to orthogonalise 3-D views (hooks_workers.py),
@@ -30,6 +32,12 @@ def _runs(world_size: int):
         return exc
 
 
+def _own_kernels(name: str) -> bool:
+    # float32 PowerSGD on CPU runs our low-rank kernels (FMA, their own summation order): float tolerance against
+    # torch's BLAS. The fp16 wrapper's PowerSGD runs on fp16 tensors, through ATen as torch's: bit for bit.
+    return name.startswith(("powersgd", "batched"))
+
+
 def _tolerance(name: str) -> dict:
     # fp16/bf16 results differ by a rounding of the half-precision sum when the reduction order differs.
     if "bf16" in name:
@@ -52,8 +60,15 @@ def test_hook_matches_torch(world_size, variant):
         for label in ("dropin", "native"):
             for key, value in ref.items():
                 got = entry[label]["params"][key]
-                assert torch.equal(got, value), (
-                    f"{label}, rank {rank}, {key}: max diff {(got - value).abs().max().item():.3g}")
+                if _own_kernels(variant):
+                    torch.testing.assert_close(got, value, rtol=1e-4, atol=1e-5,
+                                               msg=lambda m, k=key, lb=label: f"{lb}, rank {rank}, {k}: {m}")
+                else:
+                    assert torch.equal(got, value), (
+                        f"{label}, rank {rank}, {key}: max diff {(got - value).abs().max().item():.3g}")
+        # The drop-in hook and the native one run the same C++ code on the same group: the same bits.
+        for key, value in entry["dropin"]["params"].items():
+            assert torch.equal(entry["native"]["params"][key], value), f"native vs drop-in, rank {rank}, {key}"
         for key, value in ref.items():
             torch.testing.assert_close(entry["native_tuned"]["params"][key], value, **_tolerance(variant),
                                        msg=lambda m, k=key: f"native on tuned, rank {rank}, {k}: {m}")

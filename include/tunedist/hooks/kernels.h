@@ -35,6 +35,16 @@ bool canCompressInPlace(const at::Tensor& buffer);
 // Householder QR (torch.linalg.qr) otherwise. A column of zeros with epsilon == 0 gives NaNs, as torch's does.
 void orthogonalize(at::Tensor& matrices, double epsilon);
 
+// PowerSGD's products on one matrix M (n, m) with P (n, r) and Q (m, r). Contiguous CPU float32
+// tensors (lowRankNative) run our kernels, which read M once (BLAS at r = 2..4 is 4-5x slower) and agree with
+// ATen's mm to float rounding, not bit for bit; anything else runs mm.
+bool lowRankNative(const at::Tensor& matrix, const at::Tensor& p, const at::Tensor& q);
+void multiplyMQ(const at::Tensor& matrix, const at::Tensor& q, at::Tensor& p);   // p = M q
+void multiplyMtP(const at::Tensor& matrix, const at::Tensor& p, at::Tensor& q);  // q = M^T p
+// out = p q^T and, if errorSlice is defined (contiguous CPU float32, out's size), errorSlice = out's old values -
+// the new ones, in the same pass (error feedback).
+void writePQt(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const at::Tensor& errorSlice);
+
 // PowerSGD's test: compress an n x m matrix at rank r iff (n + m) * r * minCompressionRate < n * m.
 bool shouldCompress(int64_t n, int64_t m, int64_t rank, double minCompressionRate);
 
