@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX2__) || defined(__FMA__)
+#if defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -131,6 +131,9 @@ inline void projectRows(float* m, const float* err, int64_t cols, const float* q
 void project(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
              int64_t rowEnd) {
   int64_t i = rowBegin;
+  if (r <= 2) {
+    for (; i + 4 <= rowEnd; i += 4) projectRows<4>(m, err, cols, qT, r, p, i);
+  }
   for (; i + 2 <= rowEnd; i += 2) projectRows<2>(m, err, cols, qT, r, p, i);
   if (i < rowEnd) projectRows<1>(m, err, cols, qT, r, p, i);
 }
@@ -206,18 +209,6 @@ void projectT(const float* m, int64_t rows, int64_t cols, const float* p, int64_
   }
 }
 
-// The error goes to memory with non-temporal stores where the level has them: it is read again only at the next
-// step (long evicted), and a plain store would first read the line (read-for-ownership), a third stream.
-inline void storeError8(float* e, V8 v) {
-#if defined(__AVX2__)
-  if ((reinterpret_cast<uintptr_t>(e) & 31) == 0) {
-    _mm256_stream_ps(e, reinterpret_cast<__m256>(v));
-    return;
-  }
-#endif
-  store8(e, v);
-}
-
 void expand(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r, int64_t rowBegin,
             int64_t rowEnd) {
   for (int64_t i = rowBegin; i < rowEnd; ++i) {
@@ -225,26 +216,19 @@ void expand(float* out, float* err, int64_t cols, const float* p, const float* q
     float* o = out + i * cols;
     float* e = err != nullptr ? err + i * cols : nullptr;
     int64_t j = 0;
-    // Up to the error's first 32-byte boundary, element by element (then its vector stores can stream).
-    const int64_t head = e == nullptr ? 0 : std::min<int64_t>(cols, ((32 - (reinterpret_cast<uintptr_t>(e) & 31)) & 31) / 4);
-    const auto element = [&](int64_t t) {
-      float v = pi[0] * qT[t];
-      for (int64_t k = 1; k < r; ++k) v = madd(pi[k], qT[k * cols + t], v);
-      if (e != nullptr) e[t] = o[t] - v;
-      o[t] = v;
-    };
-    for (; j < head; ++j) element(j);
     for (; j + kLanes <= cols; j += kLanes) {
       V8 v = splat8(pi[0]) * load8(qT + j);
       for (int64_t k = 1; k < r; ++k) v = madd8(splat8(pi[k]), load8(qT + k * cols + j), v);
-      if (e != nullptr) storeError8(e + j, load8(o + j) - v);
+      if (e != nullptr) store8(e + j, load8(o + j) - v);
       store8(o + j, v);
     }
-    for (; j < cols; ++j) element(j);
+    for (; j < cols; ++j) {
+      float v = pi[0] * qT[j];
+      for (int64_t k = 1; k < r; ++k) v = madd(pi[k], qT[k * cols + j], v);
+      if (e != nullptr) e[j] = o[j] - v;
+      o[j] = v;
+    }
   }
-#if defined(__AVX2__)
-  if (err != nullptr) _mm_sfence();  // the streamed error is ordered before whatever the caller publishes next
-#endif
 }
 
 constexpr LowRankTable buildLowRankTable() { return LowRankTable{&project, &projectT, &expand}; }
