@@ -36,12 +36,12 @@ inline V8 load8(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store8(float* p, V8 v) { std::memcpy(p, &v, sizeof v); }
+inline void store8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
 inline V8 splat8(float x) { return V8{x, x, x, x, x, x, x, x}; }
 // a * b + c: one FMA (one rounding) in the AVX2 build, a product and a sum elsewhere. Spelled out rather than left
 // to -ffp-contract, which GCC applies to scalar code but not to vector-extension code: the vector body and the
 // scalar tails of a loop must round alike, or results would depend on where a row is split.
-inline V8 madd8(V8 a, V8 b, V8 c) {
+inline V8 madd8(const V8& a, const V8& b, const V8& c) {
 #if defined(__FMA__)
   return reinterpret_cast<V8>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
                                               reinterpret_cast<__m256>(c)));
@@ -56,7 +56,7 @@ inline float madd(float a, float b, float c) {
   return a * b + c;
 #endif
 }
-inline float lanesSum(V8 v) {
+inline float lanesSum(const V8& v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
