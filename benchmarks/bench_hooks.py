@@ -32,6 +32,7 @@ Timings on a loaded machine are noisy: compare the ratios of one run, and report
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -187,7 +188,16 @@ def run_hook_part(args) -> list[dict]:
                      f"ours {ours_wall / torch_wall:4.2f}")
         results.append(result)
         print(line, flush=True)
+    # gloo's worker thread drops its last work after the work completes; the work may hold the last reference to a
+    # tensor Python owns (torch's hooks make theirs in Python), which needs the GIL. Left to the interpreter's exit,
+    # that thread takes the GIL during finalisation and the process aborts ("terminate called without an active
+    # exception"). So: collect the cycles that keep the group alive (DDP from capture_buckets, the hooks' states),
+    # and leave the GIL free for a moment, while the interpreter is whole.
+    del contenders, buckets
+    gc.collect()
     dist.destroy_process_group()
+    gc.collect()
+    time.sleep(0.2)
     return results
 
 
