@@ -155,6 +155,18 @@ def hook_cases():
     return cases
 
 
+def _end_group() -> None:
+    """destroy_process_group, made safe for the interpreter's exit. gloo's worker thread drops its last work after
+    the work completes; the work may hold the last reference to a tensor Python owns (torch's hooks make theirs in
+    Python), which needs the GIL. Left to the interpreter's exit, that thread takes the GIL during finalisation and
+    the process aborts ("terminate called without an active exception"). So the cycles that keep the group alive
+    (DDP, the hooks' states) are collected, and the GIL is left free for a moment, while the interpreter is whole."""
+    gc.collect()
+    dist.destroy_process_group()
+    gc.collect()
+    time.sleep(0.2)
+
+
 def run_hook_part(args) -> list[dict]:
     dist.init_process_group("gloo", init_method=f"file://{tempfile.mktemp()}", rank=0, world_size=1)
     torch.manual_seed(0)
@@ -188,16 +200,8 @@ def run_hook_part(args) -> list[dict]:
                      f"ours {ours_wall / torch_wall:4.2f}")
         results.append(result)
         print(line, flush=True)
-    # gloo's worker thread drops its last work after the work completes; the work may hold the last reference to a
-    # tensor Python owns (torch's hooks make theirs in Python), which needs the GIL. Left to the interpreter's exit,
-    # that thread takes the GIL during finalisation and the process aborts ("terminate called without an active
-    # exception"). So: collect the cycles that keep the group alive (DDP from capture_buckets, the hooks' states),
-    # and leave the GIL free for a moment, while the interpreter is whole.
     del contenders, buckets
-    gc.collect()
-    dist.destroy_process_group()
-    gc.collect()
-    time.sleep(0.2)
+    _end_group()
     return results
 
 
@@ -269,7 +273,7 @@ def _e2e_worker(rank: int, world: int, init_file: str, name: str, steps: int, ou
     if rank == 0:
         with open(out_file, "w") as f:
             json.dump(result, f)
-    dist.destroy_process_group()
+    _end_group()
 
 
 def run_e2e_part(args) -> dict:
