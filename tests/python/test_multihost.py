@@ -167,6 +167,27 @@ def test_metadata_disagreement_across_hosts_is_a_clear_error():
         assert "all_reduce" in msg and "disagree" in msg and "element count" in msg, f"rank {rank}: {msg}"
 
 
+def _different_ops(rank: int, world: int, hosts: list) -> str:
+    _init(rank, world, hosts)
+    t = torch.ones(10)
+    try:
+        if hosts[rank] == 0:  # inside each host the ranks agree; the hosts call different collectives
+            dist.all_reduce(t)
+        else:
+            dist.broadcast(t, src=0)
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_different_ops_across_hosts_are_a_clear_error():
+    # Every cross-host op first has the host leaders agree in one group, so the hosts meet there: an error naming
+    # both ops on every rank, not a wait in two different gloo groups until the 60 s timeout.
+    for rank, msg in enumerate(launch(4, _different_ops, [0, 0, 1, 1], init=False)):
+        assert "disagree" in msg and "all_reduce" in msg and "broadcast" in msg, f"rank {rank}: {msg}"
+        assert "timed out" not in msg, f"rank {rank}: {msg}"
+
+
 def _die_mid_collective(rank: int, world: int, hosts: list, timeout_s: float) -> dict:
     _init(rank, world, hosts, timeout_s=timeout_s)
     t = torch.ones(1 << 20)

@@ -180,12 +180,10 @@ void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
   const size_t es = size_t(flat.element_size());
   char* base = static_cast<char*>(flat.data_ptr());
   // Step 1/4: the leaders agree on what is being reduced.
-  if (c.x.localRank() == 0) {
-    c.x.agree(c.x.leaders(), c.op,
-              describe(shm::OpCode::kAllreduce, c.op.seq, int64_t(count), int(args.dtype), int(args.op), -1,
-                       factorBits(args.factor)),
-              describeFields());
-  }
+  agreeAmongLeaders(c,
+                    describe(shm::OpCode::kAllreduce, c.op.seq, int64_t(count), int(args.dtype), int(args.op), -1,
+                             factorBits(args.factor)),
+                    /*holdLocalRanks=*/false);
   shm::ReduceArgs hostArgs = args;
   if (args.op == shm::RedOp::kAvg) {
     hostArgs.op = shm::RedOp::kSum;

@@ -50,6 +50,15 @@ const std::vector<const char*>& describeFields() {
   return kFields;
 }
 
+void agreeAmongLeaders(Ctx c, const std::vector<int64_t>& desc, bool holdLocalRanks) {
+  if (c.x.localRank() == 0) {
+    c.x.agree(c.x.leaders(), c.op, desc, describeFields());
+  }
+  if (holdLocalRanks && c.x.localSize() > 1) {
+    c.comm.barrier(c.op);
+  }
+}
+
 namespace {
 
 // Flat gloo views of one block per rank: an all_gather's outputs, a gather or scatter root's blocks.
@@ -76,8 +85,9 @@ int64_t bytesOf(const at::Tensor& t) { return t.numel() * int64_t(t.element_size
 void broadcast(Ctx c, const at::Tensor& t, int root) {
   const auto& layout = c.x.layout();
   const int rootHost = layout.hostOf[size_t(root)];
-  c.x.agree(c.x.everyone(), c.op, describe(shm::OpCode::kBroadcast, c.op.seq, bytesOf(t), 0, 0, root),
-            describeFields());
+  const auto desc = describe(shm::OpCode::kBroadcast, c.op.seq, bytesOf(t), 0, 0, root);
+  agreeAmongLeaders(c, desc);
+  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
   const size_t bytes = size_t(bytesOf(t));
   if (c.x.host() == rootHost && c.x.localSize() > 1) {
     c.comm.broadcast(c.op, t.data_ptr(), bytes, layout.localRankOf[size_t(root)]);
@@ -95,7 +105,9 @@ void broadcast(Ctx c, const at::Tensor& t, int root) {
 }
 
 void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
-  c.x.agree(c.x.everyone(), c.op, describe(shm::OpCode::kAllgather, c.op.seq, bytesOf(in)), describeFields());
+  const auto desc = describe(shm::OpCode::kAllgather, c.op.seq, bytesOf(in));
+  agreeAmongLeaders(c, desc);
+  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
   if (bytesOf(in) == 0) {
     return;
   }
@@ -106,8 +118,9 @@ void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& block
 }
 
 void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, int root) {
-  c.x.agree(c.x.everyone(), c.op, describe(shm::OpCode::kGather, c.op.seq, bytesOf(in), 0, 0, root),
-            describeFields());
+  const auto desc = describe(shm::OpCode::kGather, c.op.seq, bytesOf(in), 0, 0, root);
+  agreeAmongLeaders(c, desc);
+  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
   if (bytesOf(in) == 0) {
     return;
   }
@@ -123,8 +136,9 @@ void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, 
 }
 
 void scatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out, int root) {
-  c.x.agree(c.x.everyone(), c.op, describe(shm::OpCode::kScatter, c.op.seq, bytesOf(out), 0, 0, root),
-            describeFields());
+  const auto desc = describe(shm::OpCode::kScatter, c.op.seq, bytesOf(out), 0, 0, root);
+  agreeAmongLeaders(c, desc);
+  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
   if (bytesOf(out) == 0) {
     return;
   }
@@ -144,6 +158,7 @@ void alltoallv(Ctx c, const at::Tensor& src, const std::vector<int64_t>& sendByt
   // Every rank publishes what it sends to and expects from each peer; each pair must agree.
   const int size = c.x.size();
   std::vector<int64_t> desc = describe(shm::OpCode::kAlltoall, c.op.seq, 0, 0);
+  agreeAmongLeaders(c, desc);
   desc.insert(desc.end(), sendBytes.begin(), sendBytes.end());
   desc.insert(desc.end(), recvBytes.begin(), recvBytes.end());
   auto all = c.x.gatherDescs(c.x.everyone(), c.op, desc);
@@ -175,7 +190,9 @@ void alltoallv(Ctx c, const at::Tensor& src, const std::vector<int64_t>& sendByt
 }
 
 void barrier(Ctx c) {
-  c.x.agree(c.x.everyone(), c.op, describe(shm::OpCode::kBarrier, c.op.seq, 0, 0), describeFields());
+  const auto desc = describe(shm::OpCode::kBarrier, c.op.seq, 0, 0);
+  agreeAmongLeaders(c, desc);
+  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
 }
 
 }  // namespace tunedist::hier

@@ -173,8 +173,12 @@ void CrossHost::agree(const std::vector<int>& members, const shm::OpContext& ctx
     for (size_t f = 0; f < desc.size(); ++f) {
       if (all[i][f] != desc[f]) {
         const char* field = f < fieldNames.size() ? fieldNames[f] : "metadata";
-        TORCH_CHECK(false, "ranks disagree on the operation: rank ", members[i], " has ", field, "=", all[i][f],
-                    " but rank ", rank_, " has ", field, "=", desc[f],
+        // Field 0 is the op code: named, since hosts calling different collectives is the likely mistake.
+        const auto value = [f](int64_t v) {
+          return f == 0 ? std::string(shm::opCodeName(static_cast<shm::OpCode>(v))) : std::to_string(v);
+        };
+        TORCH_CHECK(false, "ranks disagree on the operation: rank ", members[i], " has ", field, "=",
+                    value(all[i][f]), " but rank ", rank_, " has ", field, "=", value(desc[f]),
                     " (every rank must call the same collective with matching sizes, dtypes, ops and roots)");
       }
     }

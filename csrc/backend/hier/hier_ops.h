@@ -30,6 +30,14 @@ c10d::ReduceOp glooReduceOp(shm::RedOp op, shm::DType dtype);
 std::vector<int64_t> describe(shm::OpCode op, uint64_t seq, int64_t count, int dtype = 0, int redop = 0, int root = -1,
                               int64_t extra = 0);
 const std::vector<const char*>& describeFields();
+// Step 1 of every cross-host operation: the host leaders agree on `desc` in the leaders' gloo group. Every op does
+// this first, in the same group, so hosts that call different operations meet there and fail naming both ops,
+// instead of waiting in different groups until the timeout. With holdLocalRanks the other ranks of each host wait
+// for their leader's verdict in a shared-memory barrier (a failure reaches them through the host's abort word)
+// before they go on to gloo, where a group's creation could not be interrupted; all_reduce needs no barrier, its
+// next step already waits for the leader in shared memory. Ops where other ranks hand data to gloo then agree
+// among everyone as well.
+void agreeAmongLeaders(Ctx c, const std::vector<int64_t>& desc, bool holdLocalRanks = true);
 
 // In place on `t` (contiguous, 1-D view allowed).
 void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args);
