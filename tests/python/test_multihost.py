@@ -152,40 +152,30 @@ def test_destroy_right_after_a_cross_host_op_never_hangs():
     assert launch(3, _destroy_right_after_use, [0, 0, 1], ports, init=False) == [8, 8, 8]
 
 
-def _disagree(rank: int, world: int, hosts: list) -> str:
+def _host_mismatch(rank: int, world: int, hosts: list, kind: str) -> str:
     _init(rank, world, hosts)
-    n = 10 if hosts[rank] == 0 else 12  # the hosts disagree; inside each host the ranks agree
+    # Inside each host the ranks agree; the hosts do not (kind "count": all_reduce sizes, "op": the collective).
     try:
-        dist.all_reduce(torch.ones(n))
-    except RuntimeError as e:
-        return str(e)
-    return "no error"
-
-
-def test_metadata_disagreement_across_hosts_is_a_clear_error():
-    for rank, msg in enumerate(launch(4, _disagree, [0, 0, 1, 1], init=False)):
-        assert "all_reduce" in msg and "disagree" in msg and "element count" in msg, f"rank {rank}: {msg}"
-
-
-def _different_ops(rank: int, world: int, hosts: list) -> str:
-    _init(rank, world, hosts)
-    t = torch.ones(10)
-    try:
-        if hosts[rank] == 0:  # inside each host the ranks agree; the hosts call different collectives
-            dist.all_reduce(t)
+        if kind == "count":
+            dist.all_reduce(torch.ones(10 if hosts[rank] == 0 else 12))
+        elif hosts[rank] == 0:
+            dist.all_reduce(torch.ones(10))
         else:
-            dist.broadcast(t, src=0)
+            dist.broadcast(torch.ones(10), src=0)
     except RuntimeError as e:
         return str(e)
     return "no error"
 
 
-def test_different_ops_across_hosts_are_a_clear_error():
-    # Every cross-host op first has the host leaders agree in one group, so the hosts meet there: an error naming
-    # both ops on every rank, not a wait in two different gloo groups until the 60 s timeout.
-    for rank, msg in enumerate(launch(4, _different_ops, [0, 0, 1, 1], init=False)):
-        assert "disagree" in msg and "all_reduce" in msg and "broadcast" in msg, f"rank {rank}: {msg}"
-        assert "timed out" not in msg, f"rank {rank}: {msg}"
+@pytest.mark.parametrize("kind,words", [
+    ("count", ("all_reduce", "disagree", "element count")),
+    # Every cross-host op first has the host leaders agree in one group, so hosts calling different ops meet there:
+    # an error naming both on every rank, not a wait in two different gloo groups until the 60 s timeout.
+    ("op", ("disagree", "all_reduce", "broadcast")),
+])
+def test_hosts_that_disagree_get_a_clear_error(kind, words):
+    for rank, msg in enumerate(launch(4, _host_mismatch, [0, 0, 1, 1], kind, init=False)):
+        assert all(w in msg for w in words) and "timed out" not in msg, f"rank {rank}: {msg}"
 
 
 def _die_mid_collective(rank: int, world: int, hosts: list, timeout_s: float) -> dict:
