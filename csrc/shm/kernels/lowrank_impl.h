@@ -4,8 +4,9 @@
 // Everything is in an anonymous namespace, one private copy per level.
 //
 // Shapes and loops (row-major float32; r = the rank):
-//   project   p = M Q:    (optionally M += E first, in the same pass) per block of 2 rows x up to 4 columns of Q, 8 vector accumulators walk the two rows of
-//                         M once; qT's rows stay in L1. Each p element: 8 lane sums, added pairwise, plus the tail.
+//   project   p = M Q:    (optionally M += E first, in the same pass) per block of 4 rows (r <= 2) or 2 rows x up
+//                         to 4 columns of Q, one vector accumulator per row and column walks the rows of M once;
+//                         qT's rows stay in L1. Each p element: 8 lane sums, added pairwise, plus the tail.
 //   projectT  qT = (M^T P): per tile of columns (kTileFloats / r wide, so the accumulators stay in L1) and block of
 //                         up to 4 columns of P, rows of M stream in order, 4 at a time; each qT element
 //                         accumulates its terms in ascending row order.
