@@ -16,8 +16,6 @@ namespace {
 // Elements per parallel_for chunk of the fused loops.
 constexpr int64_t kGrain = int64_t{1} << 16;
 
-bool cpuFloat(const at::Tensor& t) { return t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(); }
-
 // input += error, then error = input: one pass over both for contiguous CPU float32, ATen's add_ and copy_ otherwise.
 void addAndRemember(at::Tensor& input, at::Tensor& error) {
   if (!cpuFloat(input) || !cpuFloat(error)) {

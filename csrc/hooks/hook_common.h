@@ -47,6 +47,11 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs);
 // the error buffer then holds a copy of input, so step 2 (error -= decompressed input) leaves copy - result.
 void addErrorFeedback(PowerSgdState& state, int64_t bucketIndex, at::Tensor& input, const char* op);
 
+// Whether `t` is a contiguous CPU float32 tensor: what the fused error-feedback loops and the low-rank kernels take.
+inline bool cpuFloat(const at::Tensor& t) {
+  return t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
 // powerSGD_hook's error feedback for one bucket step, in two steps: 1. each region += its error; 2. once the
 // region's decompressed values are known, error = the region's error-fed values - its new values, region = new
 // values. Regions are `regions`, views of the bucket that tile it (GradBucket's gradients).
@@ -61,7 +66,7 @@ class ErrorFeedback {
   // Called with the state's lock held.
   ErrorFeedback(PowerSgdState& state, int64_t index, at::Tensor input, const std::vector<at::Tensor>& regions,
                 const char* op);
-  // Whether regions are replaced one by one (then decompressed values go through a scratch buffer, not the region).
+  // Whether the error is handled region by region (the bucket and its regions are contiguous CPU float32).
   bool perRegion() const { return perRegion_; }
   // The part of the error behind `region`; undefined unless perRegion().
   at::Tensor sliceFor(const at::Tensor& region) const;

@@ -14,8 +14,6 @@ namespace {
 // Elements of M per parallel chunk.
 constexpr int64_t kGrainElements = int64_t{1} << 16;
 
-bool cpuFloat(const at::Tensor& t) { return t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(); }
-
 // Q transposed (r x m), in a per-thread buffer: hooks of different buckets may run at once on different threads.
 float* transposedScratch(int64_t elements) {
   thread_local std::vector<float> scratch;

@@ -113,8 +113,8 @@ bool prepareMemories(PowerSgdState& state, PowerSgdWorkspace& ws, int64_t index,
   return true;
 }
 
-// Step 3: batches with their P/Q views, in torch's order.
-// The error of a native batch's matrices is added with P = M Q (computeP); the others get it here, before stacking.
+// Step 3: batches with their P/Q views, in torch's order. The error of a native batch's matrices is added with
+// P = M Q (computeP); an ATen-path batch's was added to the whole bucket up front (ErrorFeedback).
 std::vector<Batch> makeBatches(PowerSgdState& state, PowerSgdWorkspace& ws, Plan& plan, const ErrorFeedback& error,
                                const at::Tensor& pMemory, const at::Tensor& qMemory) {
   std::vector<Batch> batches;
@@ -144,7 +144,11 @@ std::vector<Batch> makeBatches(PowerSgdState& state, PowerSgdWorkspace& ws, Plan
       return lowRankNative(t, batch.p, batch.q);
     });
     if (batch.native) continue;
-    for (const auto& t : batch.matrices) error.applyPending(t);
+    // Per-region error feedback means a contiguous CPU float32 bucket, whose matrices are native unless the
+    // memories are not CPU float32 (loaded from elsewhere); the ATen path below keeps no per-region error.
+    TORCH_CHECK(!error.perRegion(), kOp, ": the P/Q memories (", batch.p.scalar_type(), " on ", batch.p.device(),
+                ") do not match the bucket's CPU float32 gradients; restore the state into the same model "
+                "configuration");
     if (b == 1) {
       batch.stacked = batch.matrices[0].unsqueeze(0);
       continue;
@@ -200,12 +204,12 @@ struct Step {
   std::vector<Batch> batches;  // P and Q are views of the P and Q memories
   at::Tensor qMemory;
   ErrorFeedback error;
-  at::Tensor scratch;  // see scratchFor
   bool isLast;
 };
 
-// M = P Q^T for one batch into its gradients, each gradient's error updated as it is overwritten (ErrorFeedback).
-void writeBatch(Batch& batch, ErrorFeedback& error, const at::Tensor& scratch) {
+// M = P Q^T for one batch into its gradients; a native batch's error is updated as each gradient is overwritten
+// (ErrorFeedback per region; the ATen path has none: ErrorFeedback::finish does it for the whole bucket).
+void writeBatch(Batch& batch, const ErrorFeedback& error) {
   if (batch.native) {
     for (size_t i = 0; i < batch.matrices.size(); ++i) {
       const auto k = static_cast<int64_t>(i);
@@ -213,21 +217,10 @@ void writeBatch(Batch& batch, ErrorFeedback& error, const at::Tensor& scratch) {
     }
     return;
   }
-  const auto product = [&batch](at::Tensor out) { at::bmm_out(out, batch.p, batch.q.transpose(1, 2)); };
+  at::bmm_out(batch.stacked, batch.p, batch.q.transpose(1, 2));  // B == 1: the gradient itself
   if (batch.matrices.size() > 1) {
-    product(batch.stacked);
-    for (size_t i = 0; i < batch.matrices.size(); ++i) {
-      error.replace(batch.matrices[i], batch.stacked[static_cast<int64_t>(i)]);
-    }
-    return;
+    for (size_t i = 0; i < batch.matrices.size(); ++i) batch.matrices[i].copy_(batch.stacked[int64_t(i)]);
   }
-  if (!error.perRegion()) {
-    product(batch.stacked);
-    return;
-  }
-  at::Tensor values = scratch.narrow(0, 0, batch.stacked.numel()).view(batch.stacked.sizes());
-  product(values);
-  error.replace(batch.matrices[0], values);
 }
 
 // Step 7 (called when the uncompressed and Q allreduces are done).
@@ -239,7 +232,7 @@ at::Tensor decompress(PowerSgdState& state, Step& step, int worldSize) {
     offset += t.numel();
   }
   step.qMemory.div_(worldSize);
-  for (auto& batch : step.batches) writeBatch(batch, step.error, step.scratch);
+  for (auto& batch : step.batches) writeBatch(batch, step.error);
   step.error.finish();
   std::lock_guard<std::mutex> guard(state.mutex);
   if (!state.options.warmStart) {
@@ -248,22 +241,6 @@ at::Tensor decompress(PowerSgdState& state, Step& step, int worldSize) {
   }
   state.maybeIncreaseIter(step.isLast);
   return step.input;
-}
-
-// Room for the largest unstacked ATen-path product: with per-region error feedback it is computed there, not in
-// place.
-at::Tensor scratchFor(PowerSgdWorkspace& ws, const std::vector<Batch>& batches, const ErrorFeedback& error,
-                      const at::TensorOptions& options) {
-  int64_t largest = 0;
-  for (const auto& b : batches) {
-    if (!b.native && b.matrices.size() == 1) largest = std::max(largest, b.matrices[0].numel());
-  }
-  if (!error.perRegion() || largest == 0) return {};
-  if (!ws.scratch.defined() || ws.scratch.numel() < largest || ws.scratch.scalar_type() != options.dtype() ||
-      ws.scratch.device() != options.device()) {
-    ws.scratch = at::empty({largest}, options);
-  }
-  return ws.scratch;
 }
 
 // A future completed with fn() once both `a` and `b` are done, or with the first error (no thread blocks).
@@ -319,8 +296,7 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
   at::Tensor qMemory = state.qMemoryDict[index];
   auto step = std::make_shared<Step>(Step{input, uncompressedMemory, std::move(plan.uncompressed),
                                           makeBatches(state, ws, plan, error, pMemory, qMemory), qMemory,
-                                          std::move(error), {}, bucket.isLast()});
-  step->scratch = scratchFor(ws, step->batches, step->error, input.options());
+                                          std::move(error), bucket.isLast()});
   initQs(state, step->batches, randomize);
   start.lock.unlock();
 

@@ -50,8 +50,7 @@ int64_t PowerSgdState::workspaceBytes() {
   std::lock_guard<std::mutex> guard(mutex);
   int64_t total = 0;
   for (auto& [index, ws] : workspaces) {
-    total += tensorBytes(ws.uncompressed) + tensorBytes(ws.padded) + tensorBytes(ws.p) + tensorBytes(ws.q) +
-             tensorBytes(ws.scratch);
+    total += tensorBytes(ws.uncompressed) + tensorBytes(ws.padded) + tensorBytes(ws.p) + tensorBytes(ws.q);
     for (auto& t : ws.stacked) total += tensorBytes(t);
   }
   return total;

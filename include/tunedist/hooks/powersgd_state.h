@@ -39,7 +39,6 @@ struct PowerSgdWorkspace {
   at::Tensor p;             // P and Q memories when warm start is off (the dicts are cleared every step)
   at::Tensor q;
   std::vector<at::Tensor> stacked;  // stacked same-shape gradients (batch_tensors_with_same_shape)
-  at::Tensor scratch;               // a decompressed matrix before it replaces its gradient (powerSGD_hook)
 };
 
 class PowerSgdState {
