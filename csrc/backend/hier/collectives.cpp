@@ -80,14 +80,18 @@ Opts withTimeout(Ctx c) {
 
 int64_t bytesOf(const at::Tensor& t) { return t.numel() * int64_t(t.element_size()); }
 
+// The agreement of every op but all_reduce and all_to_all: the leaders first (agreeAmongLeaders), then all ranks.
+void agreeEverywhere(Ctx c, const std::vector<int64_t>& desc) {
+  agreeAmongLeaders(c, desc);
+  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
+}
+
 }  // namespace
 
 void broadcast(Ctx c, const at::Tensor& t, int root) {
   const auto& layout = c.x.layout();
   const int rootHost = layout.hostOf[size_t(root)];
-  const auto desc = describe(shm::OpCode::kBroadcast, c.op.seq, bytesOf(t), 0, 0, root);
-  agreeAmongLeaders(c, desc);
-  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
+  agreeEverywhere(c, describe(shm::OpCode::kBroadcast, c.op.seq, bytesOf(t), 0, 0, root));
   const size_t bytes = size_t(bytesOf(t));
   if (c.x.host() == rootHost && c.x.localSize() > 1) {
     c.comm.broadcast(c.op, t.data_ptr(), bytes, layout.localRankOf[size_t(root)]);
@@ -105,9 +109,7 @@ void broadcast(Ctx c, const at::Tensor& t, int root) {
 }
 
 void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
-  const auto desc = describe(shm::OpCode::kAllgather, c.op.seq, bytesOf(in));
-  agreeAmongLeaders(c, desc);
-  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
+  agreeEverywhere(c, describe(shm::OpCode::kAllgather, c.op.seq, bytesOf(in)));
   if (bytesOf(in) == 0) {
     return;
   }
@@ -118,9 +120,7 @@ void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& block
 }
 
 void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, int root) {
-  const auto desc = describe(shm::OpCode::kGather, c.op.seq, bytesOf(in), 0, 0, root);
-  agreeAmongLeaders(c, desc);
-  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
+  agreeEverywhere(c, describe(shm::OpCode::kGather, c.op.seq, bytesOf(in), 0, 0, root));
   if (bytesOf(in) == 0) {
     return;
   }
@@ -136,9 +136,7 @@ void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, 
 }
 
 void scatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out, int root) {
-  const auto desc = describe(shm::OpCode::kScatter, c.op.seq, bytesOf(out), 0, 0, root);
-  agreeAmongLeaders(c, desc);
-  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
+  agreeEverywhere(c, describe(shm::OpCode::kScatter, c.op.seq, bytesOf(out), 0, 0, root));
   if (bytesOf(out) == 0) {
     return;
   }
@@ -190,9 +188,7 @@ void alltoallv(Ctx c, const at::Tensor& src, const std::vector<int64_t>& sendByt
 }
 
 void barrier(Ctx c) {
-  const auto desc = describe(shm::OpCode::kBarrier, c.op.seq, 0, 0);
-  agreeAmongLeaders(c, desc);
-  c.x.agree(c.x.everyone(), c.op, desc, describeFields());
+  agreeEverywhere(c, describe(shm::OpCode::kBarrier, c.op.seq, 0, 0));
 }
 
 }  // namespace tunedist::hier
