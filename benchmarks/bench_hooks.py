@@ -8,7 +8,7 @@ at world size 1 (gloo; its allreduce is a no-op there, and both hooks issue the 
 are DDP's own (captured from a real backward pass) of a fixed model of 52 parameter tensors, none larger than
 512x512. Every call starts from the same gradients (restored, untimed). Ours is the drop-in module, i.e. the
 same C++ code the native hook runs plus one Python call per bucket. Torch's hook and ours (and, for PowerSGD, the
-shared matrix work below) take turns step by step, so that they see the same load; each reports the median
+matrix work below) take turns step by step, so that they see the same load; each reports the median
 over --iters steps of its wall time (the figure compared with the target) and of its process CPU time (all
 threads: the part of a hook that runs on gloo's thread included), which a loaded machine disturbs less.
 PowerSGD lines also show the "matrix work" alone, as a fraction of torch's whole hook time: the matrix products
