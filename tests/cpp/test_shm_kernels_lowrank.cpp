@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <random>
 #include <vector>
 
@@ -21,6 +22,20 @@ namespace shm = tunedist::shm;
 using tunedist::test::LevelReset;
 using tunedist::test::levelsToTest;
 using Floats = std::vector<float>;
+
+// 64-byte aligned floats, to reach the streaming-store path of lowRankExpand.
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(size_t n) : data_(static_cast<float*>(::operator new(n * sizeof(float), kAlign))) {}
+  ~AlignedFloats() { ::operator delete(data_, kAlign); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* data() const { return data_; }
+
+ private:
+  static constexpr std::align_val_t kAlign{64};
+  float* data_;
+};
 
 Floats randomFloats(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -58,7 +73,7 @@ struct Shape {
 };
 
 const Shape kShapes[] = {{512, 384, 1}, {37, 13, 3}, {1, 9, 1}, {9, 1, 1}, {300, 301, 4}, {64, 40, 7}, {8, 8, 8},
-                         {5, 1030, 2}};
+                         {5, 1030, 2}, {7, 93, 1}, {6, 90, 2}};
 
 }  // namespace
 
@@ -132,6 +147,31 @@ TEST_CASE("low-rank results do not depend on how rows and columns are split", "[
   for (int64_t b = 0; b < n; b += 3) shm::lowRankExpand(o2.data(), e2.data(), m, p.data(), qT.data(), r, b, std::min(n, b + 3));
   REQUIRE(o1 == o2);
   REQUIRE(e1 == e2);
+}
+
+TEST_CASE("the error is the same with and without streaming stores", "[shm][kernels][lowrank]") {
+  // lowRankExpand streams the error out when every row of it is 32-byte aligned (AVX builds), and stores it
+  // normally otherwise: the two paths must agree bit for bit, and the streamed error must be complete on return.
+  const int64_t n = 9, m = 64, r = 2;
+  const Floats mat = randomFloats(size_t(n * m), 21);
+  const Floats qT = randomFloats(size_t(r * m), 22);
+  const Floats p = randomFloats(size_t(n * r), 23);
+  LevelReset reset;
+  for (shm::SimdLevel level : levelsToTest()) {
+    shm::forceSimdLevel(level);
+    INFO("level " << shm::simdLevelName(level));
+    AlignedFloats buffer(size_t(n * m + 8));
+    REQUIRE(reinterpret_cast<uintptr_t>(buffer.data()) % 64 == 0);
+    Floats o1 = mat, o2 = mat;
+    float* aligned = buffer.data();
+    shm::lowRankExpand(o1.data(), aligned, m, p.data(), qT.data(), r, 0, n);
+    const Floats streamed(aligned, aligned + n * m);
+    float* unaligned = buffer.data() + 1;  // rows 4 bytes off: normal stores
+    shm::lowRankExpand(o2.data(), unaligned, m, p.data(), qT.data(), r, 0, n);
+    REQUIRE(o1 == o2);
+    REQUIRE(streamed == Floats(unaligned, unaligned + n * m));
+    for (int64_t i = 0; i < n * m; ++i) REQUIRE(streamed[size_t(i)] == mat[size_t(i)] - o1[size_t(i)]);
+  }
 }
 
 TEST_CASE("Gram-Schmidt gives orthonormal columns; a zero column gives NaN", "[shm][kernels][lowrank]") {

@@ -186,7 +186,7 @@ def test_orthogonalize_zero_column_gives_nan_as_torch():
 # Shapes of real layers and odd ones: rows/columns not multiples of the 8-float vectors, a single row, r above the
 # 4-column blocks of the kernels.
 _LOW_RANK_SHAPES = [(512, 384, 1), (256, 512, 2), (37, 13, 3), (1, 9, 1), (9, 1, 1), (300, 301, 4), (64, 40, 7),
-                    (8, 8, 8)]
+                    (8, 8, 8), (7, 93, 1), (6, 90, 2)]
 
 
 def _assert_float_product(got: torch.Tensor, a: torch.Tensor, b: torch.Tensor, extra=None):

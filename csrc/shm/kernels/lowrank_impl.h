@@ -4,11 +4,11 @@
 // Everything is in an anonymous namespace, one private copy per level.
 //
 // Shapes and loops (row-major float32; r = the rank):
-//   project   p = M Q:    (optionally M += E first, in the same pass) per block of 4 rows (r <= 2) or 2 rows x up
-//                         to 4 columns of Q, one vector accumulator per row and column walks the rows of M once;
-//                         qT's rows stay in L1. Each p element: 8 lane sums, added pairwise, plus the tail.
+//   project   p = M Q:    (optionally M += E first, in the same pass) one row at a time, up to 4 columns of Q
+//                         at once, each with 4 (1 column) or 2 vector partial sums along the row; qT's rows stay
+//                         in L1. Each p element: its partial sums and their lanes added pairwise, plus the tail.
 //   projectT  qT = (M^T P): per tile of columns (kTileFloats / r wide, so the accumulators stay in L1) and block of
-//                         up to 4 columns of P, rows of M stream in order, 4 at a time; each qT element
+//                         up to 4 columns of P, rows of M stream in order, one at a time; each qT element
 //                         accumulates its terms in ascending row order.
 //   expand    out = P Q^T (+ error): per row, v = sum over k of p[i][k] * qT[k] (k ascending), one pass writing
 //                         out and err.
@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__FMA__)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -61,135 +61,112 @@ inline float lanesSum(const V8& v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-// p[i][k0 + c] for ROWS rows from i and K columns from k0. ADD: first m[i][j] += err[i][j] (stored back).
-template <int ROWS, int K, bool ADD>
-inline void projectBlock(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t i,
-                         int64_t k0) {
-  V8 acc[ROWS][K];
-  for (int a = 0; a < ROWS; ++a)
-    for (int c = 0; c < K; ++c) acc[a][c] = V8{};
-  float* rows[ROWS];
-  const float* errs[ROWS];
-  for (int a = 0; a < ROWS; ++a) {
-    rows[a] = m + (i + a) * cols;
-    errs[a] = ADD ? err + (i + a) * cols : nullptr;
-  }
+// p[i][k0 + c] for one row i and K columns from k0, with U partial sums per column along the row (element j of
+// the vector body goes to sum (j / 8) % U, lane j % 8); the U sums are added pairwise, then their 8 lanes (lanesSum),
+// then the tail columns in order. ADD: first m[i][j] += err[i][j] (stored back). One row at a time keeps one
+// stream of M (and one of the error) in flight: blocks of several rows, each its own stream, ran this fused pass
+// at half the bandwidth of a plain M += E here.
+template <int K, int U, bool ADD>
+inline void projectRow(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t i,
+                       int64_t k0) {
+  V8 acc[U][K];
+  for (int u = 0; u < U; ++u)
+    for (int c = 0; c < K; ++c) acc[u][c] = V8{};
+  float* row = m + i * cols;
+  const float* e = ADD ? err + i * cols : nullptr;
   const float* qs[K];
   for (int c = 0; c < K; ++c) qs[c] = qT + (k0 + c) * cols;
+  constexpr int64_t kStep = U * kLanes;
   int64_t j = 0;
-  for (; j + kLanes <= cols; j += kLanes) {
-    V8 mv[ROWS];
-    for (int a = 0; a < ROWS; ++a) {
-      mv[a] = load8(rows[a] + j);
+  for (; j + kStep <= cols; j += kStep) {
+    V8 mv[U];
+    for (int u = 0; u < U; ++u) {
+      mv[u] = load8(row + j + u * kLanes);
       if constexpr (ADD) {
-        mv[a] += load8(errs[a] + j);
-        store8(rows[a] + j, mv[a]);
+        mv[u] += load8(e + j + u * kLanes);
+        store8(row + j + u * kLanes, mv[u]);
       }
     }
-    for (int c = 0; c < K; ++c) {
-      const V8 qv = load8(qs[c] + j);
-      for (int a = 0; a < ROWS; ++a) acc[a][c] = madd8(mv[a], qv, acc[a][c]);
-    }
+    for (int c = 0; c < K; ++c)
+      for (int u = 0; u < U; ++u) acc[u][c] = madd8(mv[u], load8(qs[c] + j + u * kLanes), acc[u][c]);
   }
-  for (int a = 0; a < ROWS; ++a) {
+  // Whole vectors left over go to the first partial sums, in order.
+  for (int u = 0; j + kLanes <= cols; ++u, j += kLanes) {
+    V8 mv = load8(row + j);
     if constexpr (ADD) {
-      for (int64_t t = j; t < cols; ++t) rows[a][t] += errs[a][t];
+      mv += load8(e + j);
+      store8(row + j, mv);
     }
-    for (int c = 0; c < K; ++c) {
-      float s = lanesSum(acc[a][c]);
-      for (int64_t t = j; t < cols; ++t) s = madd(rows[a][t], qs[c][t], s);
-      p[(i + a) * r + k0 + c] = s;
-    }
+    for (int c = 0; c < K; ++c) acc[u][c] = madd8(mv, load8(qs[c] + j), acc[u][c]);
+  }
+  if constexpr (ADD) {
+    for (int64_t t = j; t < cols; ++t) row[t] += e[t];
+  }
+  for (int c = 0; c < K; ++c) {
+    V8 sum = acc[0][c];
+    if constexpr (U == 2) sum = acc[0][c] + acc[1][c];
+    if constexpr (U == 4) sum = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
+    float s = lanesSum(sum);
+    for (int64_t t = j; t < cols; ++t) s = madd(row[t], qs[c][t], s);
+    p[i * r + k0 + c] = s;
   }
 }
 
-// The error (if any) is added by the first block of columns only.
-template <int ROWS>
-inline void projectRows(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t i) {
-  for (int64_t k0 = 0; k0 < r; k0 += 4) {
-    const int k = static_cast<int>(std::min<int64_t>(4, r - k0));
-    const bool add = err != nullptr && k0 == 0;
-#define TD_PROJECT_CASE(K)                                                    \
-  case K:                                                                     \
-    if (add) {                                                                \
-      projectBlock<ROWS, K, true>(m, err, cols, qT, r, p, i, k0);             \
-    } else {                                                                  \
-      projectBlock<ROWS, K, false>(m, nullptr, cols, qT, r, p, i, k0);        \
-    }                                                                         \
-    break;
-    switch (k) {
-      TD_PROJECT_CASE(1)
-      TD_PROJECT_CASE(2)
-      TD_PROJECT_CASE(3)
-      default:
-      TD_PROJECT_CASE(4)
-    }
-#undef TD_PROJECT_CASE
-  }
-}
-
-// m is only written when err is not null.
+// m is only written when err is not null; the error is added by the first block of columns only.
 void project(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
              int64_t rowEnd) {
-  int64_t i = rowBegin;
-  if (r <= 2) {
-    for (; i + 4 <= rowEnd; i += 4) projectRows<4>(m, err, cols, qT, r, p, i);
+  static_assert(kLanes == 8, "projectRow's partial sums assume 8 lanes");
+  for (int64_t i = rowBegin; i < rowEnd; ++i) {
+    for (int64_t k0 = 0; k0 < r; k0 += 4) {
+      const bool add = err != nullptr && k0 == 0;
+#define TD_PROJECT_CASE(K, U)                                       \
+  if (add) {                                                        \
+    projectRow<K, U, true>(m, err, cols, qT, r, p, i, k0);          \
+  } else {                                                          \
+    projectRow<K, U, false>(m, nullptr, cols, qT, r, p, i, k0);     \
+  }                                                                 \
+  break;
+      switch (std::min<int64_t>(4, r - k0)) {
+        case 1: TD_PROJECT_CASE(1, 4)
+        case 2: TD_PROJECT_CASE(2, 2)
+        case 3: TD_PROJECT_CASE(3, 2)
+        default: TD_PROJECT_CASE(4, 2)
+      }
+#undef TD_PROJECT_CASE
+    }
   }
-  for (; i + 2 <= rowEnd; i += 2) projectRows<2>(m, err, cols, qT, r, p, i);
-  if (i < rowEnd) projectRows<1>(m, err, cols, qT, r, p, i);
 }
 
-// qT[k0 + c][j0 .. j1) += sum over rows i of m[i][j] * p[i][k0 + c], rows ascending, 4 at a time.
+// qT[k0 + c][j0 .. j1) += sum over rows i of m[i][j] * p[i][k0 + c], rows ascending, one row at a time: the
+// accumulators (at most 32 KiB) stay in L1 and M streams once, in order (blocks of rows, one stream each, were
+// slower here).
 template <int K>
 void projectTBlock(const float* m, int64_t rows, int64_t cols, const float* p, int64_t r, float* qT, int64_t k0,
                    int64_t j0, int64_t j1) {
   float* acc[K];
   for (int c = 0; c < K; ++c) acc[c] = qT + (k0 + c) * cols;
-  int64_t i = 0;
-  for (; i + 4 <= rows; i += 4) {
-    const float* r0 = m + i * cols;
-    const float* r1 = r0 + cols;
-    const float* r2 = r1 + cols;
-    const float* r3 = r2 + cols;
-    V8 w[4][K];
-    float s[4][K];
-    for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < K; ++c) {
-        s[a][c] = p[(i + a) * r + k0 + c];
-        w[a][c] = splat8(s[a][c]);
-      }
-    int64_t j = j0;
-    for (; j + kLanes <= j1; j += kLanes) {
-      const V8 m0 = load8(r0 + j), m1 = load8(r1 + j), m2 = load8(r2 + j), m3 = load8(r3 + j);
-      for (int c = 0; c < K; ++c) {
-        V8 v = load8(acc[c] + j);
-        v = madd8(m0, w[0][c], v);
-        v = madd8(m1, w[1][c], v);
-        v = madd8(m2, w[2][c], v);
-        v = madd8(m3, w[3][c], v);
-        store8(acc[c] + j, v);
-      }
-    }
-    for (; j < j1; ++j) {
-      for (int c = 0; c < K; ++c) {
-        float v = acc[c][j];
-        v = madd(r0[j], s[0][c], v);
-        v = madd(r1[j], s[1][c], v);
-        v = madd(r2[j], s[2][c], v);
-        v = madd(r3[j], s[3][c], v);
-        acc[c][j] = v;
-      }
-    }
-  }
-  for (; i < rows; ++i) {
+  for (int64_t i = 0; i < rows; ++i) {
     const float* row = m + i * cols;
+    float s[K];
+    V8 w[K];
     for (int c = 0; c < K; ++c) {
-      const float s = p[i * r + k0 + c];
-      const V8 w = splat8(s);
-      int64_t j = j0;
-      for (; j + kLanes <= j1; j += kLanes) store8(acc[c] + j, madd8(load8(row + j), w, load8(acc[c] + j)));
-      for (; j < j1; ++j) acc[c][j] = madd(row[j], s, acc[c][j]);
+      s[c] = p[i * r + k0 + c];
+      w[c] = splat8(s[c]);
     }
+    int64_t j = j0;
+    for (; j + 2 * kLanes <= j1; j += 2 * kLanes) {
+      const V8 a = load8(row + j), b = load8(row + j + kLanes);
+      for (int c = 0; c < K; ++c) {
+        store8(acc[c] + j, madd8(a, w[c], load8(acc[c] + j)));
+        store8(acc[c] + j + kLanes, madd8(b, w[c], load8(acc[c] + j + kLanes)));
+      }
+    }
+    for (; j + kLanes <= j1; j += kLanes) {
+      const V8 a = load8(row + j);
+      for (int c = 0; c < K; ++c) store8(acc[c] + j, madd8(a, w[c], load8(acc[c] + j)));
+    }
+    for (; j < j1; ++j)
+      for (int c = 0; c < K; ++c) acc[c][j] = madd(row[j], s[c], acc[c][j]);
   }
 }
 
@@ -210,8 +187,11 @@ void projectT(const float* m, int64_t rows, int64_t cols, const float* p, int64_
   }
 }
 
-void expand(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r, int64_t rowBegin,
-            int64_t rowEnd) {
+// The error is written with streaming stores where it can be (AVX, every row 32-byte aligned): it is read back only
+// at the next step, after the backward pass has evicted it, so caching its lines (and reading them first) is waste.
+template <bool STREAM>
+void expandRows(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r, int64_t rowBegin,
+                int64_t rowEnd) {
   for (int64_t i = rowBegin; i < rowEnd; ++i) {
     const float* pi = p + i * r;
     float* o = out + i * cols;
@@ -220,7 +200,18 @@ void expand(float* out, float* err, int64_t cols, const float* p, const float* q
     for (; j + kLanes <= cols; j += kLanes) {
       V8 v = splat8(pi[0]) * load8(qT + j);
       for (int64_t k = 1; k < r; ++k) v = madd8(splat8(pi[k]), load8(qT + k * cols + j), v);
-      if (e != nullptr) store8(e + j, load8(o + j) - v);
+      if (e != nullptr) {
+        const V8 d = load8(o + j) - v;
+#if defined(__AVX__)
+        if constexpr (STREAM) {
+          _mm256_stream_ps(e + j, reinterpret_cast<__m256>(d));
+        } else {
+          store8(e + j, d);
+        }
+#else
+        store8(e + j, d);
+#endif
+      }
       store8(o + j, v);
     }
     for (; j < cols; ++j) {
@@ -230,6 +221,18 @@ void expand(float* out, float* err, int64_t cols, const float* p, const float* q
       o[j] = v;
     }
   }
+}
+
+void expand(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r, int64_t rowBegin,
+            int64_t rowEnd) {
+#if defined(__AVX__)
+  if (err != nullptr && cols % kLanes == 0 && reinterpret_cast<uintptr_t>(err + rowBegin * cols) % 32 == 0) {
+    expandRows<true>(out, err, cols, p, qT, r, rowBegin, rowEnd);
+    _mm_sfence();  // streaming stores are weakly ordered: make them visible before the caller hands err on
+    return;
+  }
+#endif
+  expandRows<false>(out, err, cols, p, qT, r, rowBegin, rowEnd);
 }
 
 constexpr LowRankTable buildLowRankTable() { return LowRankTable{&project, &projectT, &expand}; }
