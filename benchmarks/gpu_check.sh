@@ -4,7 +4,8 @@
 #   1. records the machine (python, torch, CUDA, GPU, NCCL, build tools)     -> env.json
 #   2. builds tunedist offline with the NCCL side (cmake; Ninja if present, else make) into python/tunedist/
 #   3. runs the GPU tests at world size 1 (NCCL refuses two ranks on one GPU): tests/python/test_cuda_nccl.py, and
-#      the hooks' CUDA kernel tests (tests/python/test_hooks*.py -k cuda) where they exist
+#      the hooks on CUDA with their CUDA kernels (tests/python/test_hooks*.py -k cuda: test_hooks_cuda.py; the
+#      kernels are built where the machine has nvcc, else the hooks use ATen's ops and those tests say so)
 #   4. runs tunedist.bench on CUDA buffers, `tuned` against torch's `nccl`, at world size 1 -> bench_cuda.json
 # and writes gpu_check.json (every step: command, exit code, seconds, last lines of its log) plus the logs into
 # $OUT (or ./gpu_results). Every step has its own timeout; the whole run stays under 5 minutes.
@@ -140,7 +141,7 @@ hooks_cuda_tests() {
   cd "$ROOT" && PYTHONPATH="$ROOT/python" "$PY" -m pytest -v -rs -k cuda "${files[@]}" \
     --junitxml="$OUT_DIR/test_hooks_cuda.xml"
   local rc=$?
-  # pytest's 5 = no test selected: the hooks have no CUDA tests yet; say so instead of failing.
+  # pytest's 5 = no test selected (a tree from before test_hooks_cuda.py): say so instead of failing.
   [ "$rc" -eq 5 ] && { echo "no CUDA tests among ${files[*]}"; return 0; }
   return "$rc"
 }

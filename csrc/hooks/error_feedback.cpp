@@ -4,10 +4,11 @@
 // that first reads it where a kernel can (P = (M + E) Q: addErrorAndMultiplyMQ), and is then replaced by its
 // decompressed values in one pass that also writes error = region's old (error-fed) values - new values (a
 // compressed matrix's values are computed in that same pass: writePQt).
-// Elsewhere (and in batched_powerSGD_hook): add and copy in one pass (addErrorFeedback), subtract the whole buffer
-// at the end. The error arithmetic is torch's (a + b, a - b).
+// Elsewhere (and in batched_powerSGD_hook): add and copy in one pass (addErrorFeedback; on CUDA a fused kernel of
+// hooks/cuda when built with it), subtract the whole buffer at the end. The error arithmetic is torch's (a + b, a - b).
 #include <ATen/Parallel.h>
 
+#include "hooks/cuda/cuda_kernels.h"
 #include "hooks/hook_common.h"
 
 namespace tunedist::hooks {
@@ -18,6 +19,7 @@ constexpr int64_t kGrain = int64_t{1} << 16;
 
 // input += error, then error = input: one pass over both for contiguous CPU float32, ATen's add_ and copy_ otherwise.
 void addAndRemember(at::Tensor& input, at::Tensor& error) {
+  if (cuda::addAndRemember(input, error)) return;  // CUDA float32: one fused pass (hooks/cuda)
   if (!cpuFloat(input) || !cpuFloat(error)) {
     input.add_(error);
     error.copy_(input);

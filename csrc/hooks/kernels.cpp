@@ -1,10 +1,12 @@
 // Compression kernels; see tunedist/hooks/kernels.h. fp16/bf16 compression of CPU float32 tensors runs the engine's
 // fused one-pass kernels (shm/kernels/compress.h: cast, divide, cast again, rounding as torch's hooks; in place
-// without a second buffer); other devices or layouts use ATen's copy_ and div_.
+// without a second buffer); CUDA float32 tensors one fused pass of hooks/cuda when built with it (torch's CUDA
+// rounding); other devices or layouts use ATen's copy_ and div_.
 #include "tunedist/hooks/kernels.h"
 
 #include <cstdint>
 
+#include "hooks/cuda/cuda_kernels.h"
 #include "shm/kernels/compress.h"
 
 namespace tunedist::hooks {
@@ -29,6 +31,8 @@ bool fusedPair(const at::Tensor& lowp, const at::Tensor& wide) {
 }
 
 }  // namespace
+
+bool cudaKernelsBuilt() { return cuda::kBuilt; }
 
 bool canCompressInPlace(const at::Tensor& buffer) {
   return buffer.is_cpu() && buffer.scalar_type() == at::kFloat && buffer.is_contiguous() && buffer.dim() == 1;
@@ -63,6 +67,7 @@ void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor) {
                                 static_cast<size_t>(src.numel()), static_cast<int>(divisor));
     return;
   }
+  if (cuda::compressInto(dst, src, divisor)) return;  // CUDA: one fused pass (hooks/cuda)
   dst.copy_(src.view_as(dst));
   if (divisor != 1) dst.div_(divisor);
 }

@@ -166,6 +166,7 @@ void tunedist::bindHooks(py::module& parent) {
       noGil);
   m.def("register", &registerOnReducer, py::arg("reducer"), py::arg("kind"), py::arg("group"), py::arg("state"),
         py::arg("wrapper"));
+  m.def("cuda_kernels_built", &cudaKernelsBuilt, "Whether this build has the hooks' CUDA kernels.");
   m.def("compress_into", [](at::Tensor dst, const at::Tensor& src, int64_t d) { compressInto(dst, src, d); });
   m.def("decompress_into", [](at::Tensor dst, const at::Tensor& src) { decompressInto(dst, src); });
   m.def("compress_in_place", [](at::Tensor buffer, const std::string& precision, int64_t d) {

@@ -13,8 +13,8 @@
 namespace tunedist::hooks {
 
 // dst = to(src, dst.dtype) / divisor, rounded exactly as torch's `src.to(dtype).div_(divisor)` (cast first, then
-// divide in the low precision). dst: fp16 or bf16, contiguous, same numel and device as src; src: fp32
-// contiguous.
+// divide in the low precision; on CUDA torch multiplies by the float reciprocal of the divisor, and so do we).
+// dst: fp16 or bf16, contiguous, same numel and device as src; src: fp32 contiguous.
 void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor);
 
 // dst.copy_(src) for a low-precision src into a wider dst.
@@ -29,6 +29,11 @@ at::Tensor compressInPlace(at::Tensor& buffer, at::ScalarType dtype, int64_t div
 void decompressInPlace(at::Tensor& buffer, const at::Tensor& view, const at::Tensor& reduced);
 // Whether compressInPlace can run on `buffer`.
 bool canCompressInPlace(const at::Tensor& buffer);
+
+// Whether this build has the hooks' CUDA kernels (CMake option TUNEDIST_CUDA_KERNELS): compressInto on CUDA float32
+// tensors, and PowerSGD's error feedback on CUDA, then run one fused pass each instead of two ATen ops. Without
+// them those run ATen's ops, with the same results.
+bool cudaKernelsBuilt();
 
 // Orthogonalises the columns of every matrix of a batch (B, rows, r), r <= rows, in place, as torch's PowerSGD:
 // Gram-Schmidt for r <= 2 or fp16/bf16 (each column divided by its norm, plus `epsilon` when epsilon != 0),

@@ -18,11 +18,18 @@ import torch.distributed as dist
 from .. import _C
 from . import default, powerSGD
 
-__all__ = ["register", "default", "powerSGD", "HOOKS"]
+__all__ = ["register", "default", "powerSGD", "HOOKS", "cuda_kernels_built"]
 
 HOOKS = ("allreduce", "fp16", "bf16", "powersgd", "batched_powersgd")
 _LOW_PRECISION = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _POWERSGD = ("powersgd", "batched_powersgd")
+
+
+def cuda_kernels_built() -> bool:
+    """Whether this build has the hooks' CUDA kernels (CMake option TUNEDIST_CUDA_KERNELS, on by default where nvcc
+    is found): fp16/bf16 compression and PowerSGD's error feedback on CUDA tensors then run one fused pass each
+    instead of two ATen ops, with the same results."""
+    return bool(_C._hooks.cuda_kernels_built())
 
 
 def _check_reduces(group, dtype: torch.dtype, device: torch.device, what: str) -> None:
