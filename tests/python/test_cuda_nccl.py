@@ -136,8 +136,8 @@ def test_cuda_cpu_tuned_cuda_nccl_still_works():
 
 
 def test_cpu_only_configure():
-    """TUNEDIST_USE_NCCL=OFF configures a build without the NCCL side (configure only; the build itself is what
-    CI's CPU-only job and benchmarks/gpu_check.sh --dry-run exercise)."""
+    """TUNEDIST_USE_NCCL=OFF configures a build without the NCCL side, and so without the hooks' CUDA kernels
+    (configure only; the build itself is what CI's CPU-only job and benchmarks/gpu_check.sh --dry-run exercise)."""
     if shutil.which("cmake") is None:
         pytest.skip("cmake not installed")
     import tempfile
@@ -153,6 +153,10 @@ def test_cpu_only_configure():
         assert "nccl_side.cpp" in generated  # the dispatch is always built ...
         assert "nccl_factory.cpp" not in generated  # ... ProcessGroupNCCL only with NCCL
         assert "TUNEDIST_WITH_NCCL" not in generated
+        assert "TUNEDIST_CUDA_KERNELS:BOOL=OFF" in cache  # the hooks' CUDA kernels (test_hooks_cuda.py) ...
+        assert "compress_hook.cpp" in generated  # ... not the hooks themselves
+        assert "hooks/cuda/kernels.cu" not in generated and "hooks/cuda/dispatch.cpp" not in generated
+        assert "TUNEDIST_WITH_CUDA_KERNELS" not in generated
 
 
 def test_gpu_check_script_dry_run(tmp_path):

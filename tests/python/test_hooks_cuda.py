@@ -1,8 +1,9 @@
 """The hooks on CUDA tensors, and the CUDA kernels behind them (csrc/hooks/cuda: fused fp16/bf16 compression and
 PowerSGD's fused error feedback).
 
-Runs everywhere: the build has the kernels wherever nvcc and the NCCL side are there (CMake's default), and a
-configure without the NCCL side leaves them out. With a GPU: the fused compression against torch's CUDA
+Runs everywhere: the build has the kernels wherever nvcc and the NCCL side are there (CMake's default; a configure
+without the NCCL side leaves them out: test_cuda_nccl.py::test_cpu_only_configure), and forcing them on without the
+NCCL side is a clear configure error. With a GPU: the fused compression against torch's CUDA
 ``src.to(dtype).div_(d)`` bit for bit (aligned and unaligned tensors, sizes with and without a vector tail, overflow
 to inf), checked to run as one kernel; and every hook variant of the CPU parity test (hooks_workers.py) in DDP on
 CUDA at world size 1 (NCCL refuses two ranks on one GPU), torch's hook against our drop-in and native ones, on the
@@ -58,23 +59,6 @@ def test_build_has_the_cuda_kernels_where_nvcc_is():
             f"nvcc {_nvcc()}, NCCL side {NCCL_IN}, kernels built {built}: CMake's default builds the kernels "
             "exactly when both are there")
     assert tunedist.hooks.cuda_kernels_built() == built
-
-
-def test_configure_without_nccl_leaves_the_cuda_kernels_out():
-    if shutil.which("cmake") is None:
-        pytest.skip("cmake not installed")
-    with tempfile.TemporaryDirectory(prefix="tunedist-cuda-kernels-off-") as build:
-        subprocess.run(["cmake", "-S", str(ROOT), "-B", build, "-DTUNEDIST_USE_NCCL=OFF",
-                        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-DPython_EXECUTABLE={sys.executable}"],
-                       check=True, capture_output=True, text=True)
-        cache = Path(build, "CMakeCache.txt").read_text()
-        assert "TUNEDIST_CUDA_KERNELS:BOOL=OFF" in cache
-        generated = "".join(p.read_text(errors="replace") for p in Path(build).rglob("*.make"))
-        generated += "".join(p.read_text(errors="replace") for p in Path(build).glob("build.ninja"))
-        assert "compress_hook.cpp" in generated  # the hooks are built ...
-        assert "hooks/cuda/kernels.cu" not in generated  # ... their CUDA kernels not
-        assert "hooks/cuda/dispatch.cpp" not in generated
-        assert "TUNEDIST_WITH_CUDA_KERNELS" not in generated
 
 
 def test_forcing_the_cuda_kernels_without_nccl_is_a_clear_configure_error():
