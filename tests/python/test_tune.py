@@ -206,8 +206,52 @@ def _powersgd_refusal(rank, world_size):
     return None
 
 
+def _probes(rank, world_size):
+    """measure_probes (the tuner's: both probes on shared plain backwards) against the two probes apart."""
+    from tunedist.tune import probes
+    from tunedist.tune.measure import comm_sizes, model_bytes, time_all_reduce
+    model, step_fn = _mixed_model(), _step_fn(rank)
+    profile = tune.measure_ready_times(model, step_fn, None, iters=2)
+    sizes = comm_sizes(model_bytes(model), points=5)
+    comm = tune.fit_comm_model(sizes, time_all_reduce(sizes, None))
+    calls = []
+    real_one = probes._one
+
+    def counting_one(*args):
+        calls.append(args[3] is not None)  # a probed backward (start given) or a plain one
+        return real_one(*args)
+
+    probes._one = counting_one
+    try:
+        contention, per_grad = probes.measure_probes(model, step_fn, None, comm, profile.backward_s, iters=2)
+    finally:
+        probes._one = real_one
+    return {"contention": contention, "per_grad": per_grad, "calls": calls,
+            "grads_cleared": all(p.grad is None for p in model.parameters())}
+
+
+def _trial_ddps_freed(rank, world_size):
+    """The tuner's trial DDPs are gone once measured (their bucket buffers with them), with a comm hook or without."""
+    import gc
+    import weakref
+    from tunedist.tune import tuner
+    model, step_fn = _mixed_model(), _step_fn(rank)
+    out = {}
+    for hook in (None, "bf16"):
+        ddps = tuner._build_all(model, [tune.Candidate(0.25), tune.Candidate(4.0)], None, hook, {})
+        tuner.time_steps_interleaved(ddps, step_fn, None, steps=2)
+        refs = [weakref.ref(d) for d in ddps]
+        gc.disable()  # only _dispose_all's own collection, if any, may free them
+        try:
+            tuner._dispose_all(ddps)
+            out[hook] = {"emptied": ddps == [], "alive": sum(r() is not None for r in refs)}
+        finally:
+            gc.enable()
+    return out
+
+
 def _on_tuned(rank, world_size):
-    return {"bucketing": _bucketing_vs_reducer(rank, world_size),
+    return {"freed": _trial_ddps_freed(rank, world_size), "probes": _probes(rank, world_size), "bucketing": _bucketing_vs_reducer(rank, world_size),
             "tune": _tune_end_to_end(rank, world_size, "bf16"),
             "powersgd": _powersgd_refusal(rank, world_size), "fp16": _torch_fp16_fallback(rank, world_size)}
 
@@ -224,6 +268,25 @@ def test_simulated_bucketing_matches_the_reducer(tuned_run):
         for label, actual, simulated in rows:
             assert actual == simulated, f"{label}: reducer {actual} vs simulated {simulated}"
         assert len({len(a) for _, a, _ in rows}) > 1, "the caps tried should give different bucket counts"
+
+
+def test_trial_ddps_are_freed(tuned_run):
+    for r in tuned_run:
+        for hook, v in r["freed"].items():
+            assert v["emptied"] and v["alive"] == 0, (hook, v)
+
+
+def test_probes_share_plain_backwards(tuned_run):
+    """Per iteration one plain backward, then the contention and the per-gradient probe: 2 iterations, 6 backwards
+    (the probes apart would take 8). The timings are agreed over the ranks, and the probe leaves no gradient."""
+    results = [r["probes"] for r in tuned_run]
+    for r in results:
+        assert r["calls"] == [False, True, True] * 2, r["calls"]
+        assert 0.0 <= r["contention"] <= 1.0
+        t = r["per_grad"]
+        assert t.plain_s > 0 and t.compute_s > 0 and t.total_s >= t.compute_s, t
+        assert r["grads_cleared"]
+    assert results[0]["per_grad"] == results[1]["per_grad"] and results[0]["contention"] == results[1]["contention"]
 
 
 def test_tune_two_ranks_agree_and_train(tuned_run):

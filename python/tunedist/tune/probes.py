@@ -1,5 +1,5 @@
-"""Probes of how communication and the backward pass share this machine, each timed in pairs (a plain backward,
-then one with the probe's communication, in turns) so that a drifting load hits both alike.
+"""Probes of how communication and the backward pass share this machine, each timed right after a plain backward
+(in pairs, or in triples of a plain backward and both probes: measure_probes) so that a drifting load hits all alike.
 
 - contention: one async all_reduce started with the backward; the share of its time the backward loses.
 - per-gradient all_reduce: one async all_reduce per gradient as it is ready (DDP with a bucket per tensor, without
@@ -41,32 +41,48 @@ def _one(module, step_fn, group, start, finish) -> tuple:
 def paired_backward(module, step_fn, group, start, finish, iters: int = 3) -> PairedTiming:
     """Medians over `iters` pairs, max over ranks. start() runs just before backward and returns a handle that
     finish(handle) completes after it."""
-    plain, compute, total = [], [], []
+    return paired_backwards(module, step_fn, group, [(start, finish)], iters)[0]
+
+
+def paired_backwards(module, step_fn, group, probes, iters: int = 3) -> list:
+    """One PairedTiming per (start, finish) of `probes`, all against the same plain backwards: each iteration runs
+    a plain backward, then one with each probe in turn (so every probe stays next to a plain one in time, and the
+    plain backwards are not repeated per probe). Medians over `iters`, max over ranks."""
+    plain, compute, total = [], [[] for _ in probes], [[] for _ in probes]
     try:
         for _ in range(iters):
             plain.append(_one(module, step_fn, group, None, None)[0])
-            c, t = _one(module, step_fn, group, start, finish)
-            compute.append(c)
-            total.append(t)
+            for k, (start, finish) in enumerate(probes):
+                c, t = _one(module, step_fn, group, start, finish)
+                compute[k].append(c)
+                total[k].append(t)
     finally:
         module.zero_grad(set_to_none=True)
-    return PairedTiming(*agree_max([statistics.median(x) for x in (plain, compute, total)], group))
+    agreed = agree_max([statistics.median(plain)] + [statistics.median(x) for k in range(len(probes))
+                                                     for x in (compute[k], total[k])], group)
+    return [PairedTiming(agreed[0], agreed[1 + 2 * k], agreed[2 + 2 * k]) for k in range(len(probes))]
+
+
+def _contention_probe(module, group, comm, backward_s: float) -> tuple:
+    """(start, finish, seconds of the all_reduce alone): one all_reduce sized to take about half the backward."""
+    nbytes = int(min(max(0.5 * backward_s / max(comm.s_per_byte, 1e-15), 4096), 4 * model_bytes(module)))
+    buf = torch.zeros(nbytes // 4)
+    dist.all_reduce(buf, group=group)  # first touch of the buffer, outside the timing
+    return (lambda: dist.all_reduce(buf, group=group, async_op=True)), (lambda work: work.wait()), comm.time(nbytes)
+
+
+def _contention(t: PairedTiming, alone_s: float) -> float:
+    return min(1.0, max(0.0, (t.compute_s - t.plain_s) / max(alone_s, 1e-9)))
 
 
 def measure_contention(module, step_fn, group, comm, backward_s: float, iters: int = 3) -> float:
     """(backward with an overlapped all_reduce - backward alone) / that all_reduce's time alone (from the fit
     `comm`), clamped to [0, 1]. The all_reduce is sized to take about half the backward."""
-    nbytes = int(min(max(0.5 * backward_s / max(comm.s_per_byte, 1e-15), 4096), 4 * model_bytes(module)))
-    buf = torch.zeros(nbytes // 4)
-    dist.all_reduce(buf, group=group)  # first touch of the buffer, outside the timing
-    t = paired_backward(module, step_fn, group, lambda: dist.all_reduce(buf, group=group, async_op=True),
-                        lambda work: work.wait(), iters)
-    return min(1.0, max(0.0, (t.compute_s - t.plain_s) / max(comm.time(nbytes), 1e-9)))
+    start, finish, alone_s = _contention_probe(module, group, comm, backward_s)
+    return _contention(paired_backward(module, step_fn, group, start, finish, iters), alone_s)
 
 
-def time_per_gradient_all_reduce(module, step_fn, group, iters: int = 3) -> PairedTiming:
-    """A backward that all-reduces each gradient the moment it is ready, paired with a plain one. The gradients
-    are summed over ranks, then cleared."""
+def _per_gradient_probe(module, group) -> tuple:
     params = params_of(module)
     works = []
 
@@ -81,4 +97,19 @@ def time_per_gradient_all_reduce(module, step_fn, group, iters: int = 3) -> Pair
             w.wait()
         works.clear()
 
-    return paired_backward(module, step_fn, group, start, finish, iters)
+    return start, finish
+
+
+def time_per_gradient_all_reduce(module, step_fn, group, iters: int = 3) -> PairedTiming:
+    """A backward that all-reduces each gradient the moment it is ready, paired with a plain one. The gradients
+    are summed over ranks, then cleared."""
+    return paired_backward(module, step_fn, group, *_per_gradient_probe(module, group), iters)
+
+
+def measure_probes(module, step_fn, group, comm, backward_s: float, iters: int = 3) -> tuple:
+    """(contention, per-gradient PairedTiming): measure_contention and time_per_gradient_all_reduce in one go,
+    sharing their plain backwards (a quarter fewer backwards than the two apart)."""
+    start, finish, alone_s = _contention_probe(module, group, comm, backward_s)
+    cont, per_grad = paired_backwards(module, step_fn, group, [(start, finish), _per_gradient_probe(module, group)],
+                                      iters)
+    return _contention(cont, alone_s), per_grad

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch.distributed as dist
@@ -14,7 +15,7 @@ from .candidates import HOOKS, Candidate, build_ddp, dispose_ddp, make_candidate
 from .costmodel import MachineModel, fit_comm_model, simulate
 from .measure import (broadcast_ints, comm_sizes, measure_ready_times, model_bytes, time_all_reduce,
                       time_steps_interleaved)
-from .probes import measure_contention, time_per_gradient_all_reduce
+from .probes import measure_probes
 from .report import Row, TuneReport, hook_advice, predict
 
 
@@ -31,7 +32,7 @@ class TuneOptions:
     interleave: int = 16  # DDPs alive and measured in turns at once (each holds its own bucket buffers)
     warmup_steps: int = 2  # >= 2: the reducer rebuilds its buckets at the second forward
     profile_iters: int = 3
-    probe_pairs: int = 2  # (plain, probed) backward pairs of each probe
+    probe_pairs: int = 2  # (plain, contention probe, per-gradient probe) backward triples
     comm_points: int = 7
     progress: bool = True  # a bar on rank 0's stderr over the trials
 
@@ -63,10 +64,15 @@ def _build_all(module, candidates, group, hook, ddp_kwargs) -> list:
 
 
 def _dispose_all(ddps) -> None:
-    for ddp in ddps:
-        dispose_ddp(ddp)
+    """Disposes of the trial DDPs and empties `ddps`. Each should be freed (its bucket buffers with it) when the
+    list lets go of it; a full gc.collect() (0.1-0.3 s with torch loaded) runs only if one is still
+    alive then, held in a reference cycle (a comm hook's state, a traceback)."""
+    refs = [weakref.ref(ddps[i]) for i in range(len(ddps))]
+    for i in range(len(ddps)):
+        dispose_ddp(ddps[i])
     ddps.clear()
-    gc.collect()
+    if any(r() is not None for r in refs):
+        gc.collect()
 
 
 def measure_candidates(module, candidates, step_fn, group=None, hook=None, options=None, **ddp_kwargs) -> list:
@@ -118,12 +124,12 @@ def select_trials(rows, profile, machine, hook, top_k: int) -> list:
 
 
 def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
-    """The all_reduce fit; then the contention probe; then each bucket's fixed cost, from one backward with an
-    all_reduce per gradient against what the fit and the contention predict for it."""
+    """The all_reduce fit; then the contention probe and each bucket's fixed cost, from one backward with an
+    all_reduce per gradient against what the fit and the contention predict for it (the two probes in turns with
+    the same plain backwards)."""
     sizes = comm_sizes(model_bytes(model), points=opts.comm_points)
     comm = fit_comm_model(sizes, time_all_reduce(sizes, group))
-    contention = measure_contention(model, step_fn, group, comm, profile.backward_s, iters=opts.probe_pairs)
-    per_grad = time_per_gradient_all_reduce(model, step_fn, group, iters=opts.probe_pairs)
+    contention, per_grad = measure_probes(model, step_fn, group, comm, profile.backward_s, iters=opts.probe_pairs)
     scale = per_grad.plain_s / profile.backward_s  # the load now against the load during the profile
     no_overhead = simulate([t * scale for t in profile.ready_s], profile.param_bytes, [1], comm, per_grad.plain_s,
                            per_grad.plain_s, contention=contention)
