@@ -54,11 +54,11 @@ from tunedist import tune
 class DeepMLP(torch.nn.Module):
     """Many mid-size layers: a cap below a layer gives a bucket per tensor, a cap above the model one bucket."""
 
-    def __init__(self, width: int = 256, depth: int = 96, batch: int = 32):
+    def __init__(self, width: int = 256, depth: int = 96, batch: int = 32, bias: bool = True, seed: int = 1):
         super().__init__()
-        self.layers = torch.nn.Sequential(*[m for _ in range(depth) for m in (torch.nn.Linear(width, width),
+        self.layers = torch.nn.Sequential(*[m for _ in range(depth) for m in (torch.nn.Linear(width, width, bias=bias),
                                                                              torch.nn.Tanh())])
-        g = torch.Generator().manual_seed(1)
+        g = torch.Generator().manual_seed(seed)
         self.x, self.y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
 
     def loss(self, model):
@@ -68,23 +68,13 @@ class DeepMLP(torch.nn.Module):
         return self.layers(x)
 
 
-class NarrowDeepMLP(torch.nn.Module):
+class NarrowDeepMLP(DeepMLP):
     """Many small layers (a deep, narrow MLP without biases): 240 weights of 64 KiB, so that the smallest cap the
     tuner offers (1/256 of the model, at least 1/16 MiB) gives every weight a bucket of its own, and each bucket is
     one more collective to issue and wait for. Depth <= 248 keeps that smallest cap at 1/16 MiB."""
 
     def __init__(self, width: int = 128, depth: int = 240, batch: int = 4, bias: bool = False):
-        super().__init__()
-        self.layers = torch.nn.Sequential(*[m for _ in range(depth) for m in (torch.nn.Linear(width, width, bias=bias),
-                                                                             torch.nn.Tanh())])
-        g = torch.Generator().manual_seed(4)
-        self.x, self.y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
-
-    def loss(self, model):
-        return torch.nn.functional.mse_loss(model(self.x), self.y)
-
-    def forward(self, x):
-        return self.layers(x)
+        super().__init__(width, depth, batch, bias=bias, seed=4)
 
 
 class SlowFirstWide(torch.nn.Module):
@@ -168,8 +158,8 @@ class EmbeddingTables(torch.nn.Module):
 
 SPREAD_TARGET, CHOICE_TARGET, TIME_TARGET = 1.2, 1.05, 0.25
 
-MODELS = {"deep_mlp": DeepMLP, "narrow_mlp": NarrowDeepMLP, "transformer": TinyTransformer, "slow_first_wide": SlowFirstWide,
-          "embedding_tables": EmbeddingTables,
+MODELS = {"deep_mlp": DeepMLP, "narrow_mlp": NarrowDeepMLP, "transformer": TinyTransformer,
+          "slow_first_wide": SlowFirstWide, "embedding_tables": EmbeddingTables,
           # 224 tables of 64 KiB and a small top (15.5 MiB in all): the smallest cap offered is 1/16 MiB, a bucket per
           # table, where embedding_tables' 128 KiB tables under a 4 MiB top get one per two at the least.
           "many_tables": functools.partial(EmbeddingTables, tables=224, rows=512, hidden=64, batch=192)}
