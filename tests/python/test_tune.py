@@ -116,6 +116,49 @@ def test_select_trials_hedges_the_contention():
     assert tune.select_trials([], profile, machine, None, top_k=2) == []
 
 
+def test_calibrated_comm_model():
+    fit = tune.CommModel(alpha_s=1e-4, s_per_byte=1e-9, points=((4096, 1e-4), (MIB, 1.1e-3)), max_rel_err=0.0,
+                         rms_rel_err=0.0)
+    # After a backward the model's 16 MiB take 2.5x the fit: the bandwidth term takes it all, the latency stays.
+    n = 16 * MIB
+    cal = fit.calibrated(n, 2.5 * fit.time(n))
+    assert cal.time(n) == pytest.approx(2.5 * fit.time(n)) and cal.alpha_s == fit.alpha_s
+    assert cal.calibration == pytest.approx(2.5) and cal.fit_s_per_byte == fit.s_per_byte
+    assert cal.s_per_byte == pytest.approx((2.5 * fit.time(n) - fit.alpha_s) / n)
+    # The report keeps the fit beside the points it was fitted to; calibrating again composes.
+    assert [p["fit_us"] for p in cal.as_dict()["points"]] == pytest.approx([p["fit_us"] for p in
+                                                                            fit.as_dict()["points"]])
+    twice = cal.calibrated(n, 2 * cal.time(n))
+    assert twice.calibration == pytest.approx(5.0) and twice.fit_s_per_byte == fit.s_per_byte
+    # Faster than the latency alone: no bandwidth term left, never a negative one.
+    assert fit.calibrated(n, fit.alpha_s / 2).s_per_byte == 0.0
+    with pytest.raises(ValueError, match="nbytes > 0 and seconds > 0"):
+        fit.calibrated(n, 0.0)
+
+
+def _measured_rows(relatives, sds, steps=8):
+    cands = [tune.Candidate(c) for c in (4, 16, 1, 2)][:len(relatives)]
+    pred = tune.Prediction(step_s=0.05, exposed_s=0.0, comm_s=0.0, bucket_bytes=(1,))
+    return [tune.report.Row(c, pred, tune.StepTiming(median_s=0.05 * r, spread_s=0.001, steps=steps, relative=r,
+                                                      relative_sd=sd)) for c, r, sd in zip(cands, relatives, sds)]
+
+
+def test_choose_trial_needs_a_clear_win_to_overrule_the_prediction():
+    # sd 0.07 over 8 rounds: the standard error of a difference is 0.035.
+    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07]), True, 1.0) == 0  # within the noise
+    assert tune.choose_trial(_measured_rows([1.05, 0.95], [0.07, 0.07]), True, 1.0) == 1  # beyond it
+    assert tune.choose_trial(_measured_rows([0.98, 1.03], [0.07, 0.07]), True, 1.0) == 0  # the prediction was best
+    # More rounds, or a steadier machine, make the same gap decisive.
+    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07], steps=64), True, 1.0) == 1
+    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.01, 0.01]), True, 1.0) == 1
+    # sigmas 0: the least measured wins outright. Three trials: the least is what may overrule.
+    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07]), True, 0.0) == 1
+    assert tune.choose_trial(_measured_rows([1.06, 1.0, 0.94], [0.05, 0.05, 0.05]), True, 1.0) == 2
+    # Measured apart: by the median step and its spread (1 ms / 0.674 each, a standard error of 0.74 ms).
+    assert tune.choose_trial(_measured_rows([1.0, 0.99], [0.0, 0.0]), False, 1.0) == 0  # 0.5 ms faster
+    assert tune.choose_trial(_measured_rows([1.0, 0.97], [0.0, 0.0]), False, 1.0) == 1  # 1.5 ms faster
+
+
 # --------------------------------------------------------------------------------------------------- 2 ranks
 
 
@@ -182,6 +225,7 @@ def _tune_end_to_end(rank, world_size, hook):
     dist.all_gather(gathered, grad)
     measured = [r for r in report.rows if r.measured is not None]
     selected = tune.select_trials(report.rows[:-1], report.profile, report.machine, hook, opts.top_k)
+    measured_in_trial_order = selected + [report.default_row]
     return {"choice": report.choice, "label": report.choice.label, "table": report.table(),
             "same_grads": all(torch.equal(g, gathered[0]) for g in gathered),
             "grad_err": float((grad - _reference_grad(rank, world_size, _step_fn)).abs().max()),
@@ -191,6 +235,9 @@ def _tune_end_to_end(rank, world_size, hook):
             "measured_layouts": [r.prediction.bucket_bytes for r in measured if not r.candidate.is_default],
             "relatives": [r.measured.relative for r in measured],
             "least_relative": min(measured, key=lambda r: r.measured.relative).candidate,
+            "first_trial": selected[0].candidate,
+            "rechosen": measured_in_trial_order[tune.choose_trial(measured_in_trial_order, True,
+                                                                  opts.overrule_sigmas)].candidate,
             "ready_sorted": list(report.profile.ready_s) == sorted(report.profile.ready_s),
             "fit_points": len(report.machine.comm.points), "dict": report.as_dict()}
 
@@ -223,10 +270,11 @@ def _probes(rank, world_size):
 
     probes._one = counting_one
     try:
-        contention, per_grad = probes.measure_probes(model, step_fn, None, comm, profile.backward_s, iters=2)
+        measured = probes.measure_probes(model, step_fn, None, comm, profile.backward_s, iters=2)
     finally:
         probes._one = real_one
-    return {"contention": contention, "per_grad": per_grad, "calls": calls,
+    return {"contention": measured.contention, "per_grad": measured.per_grad, "calls": calls, "fit": comm,
+            "comm": measured.comm, "tail_s": measured.tail_s, "model_bytes": model_bytes(model),
             "grads_cleared": all(p.grad is None for p in model.parameters())}
 
 
@@ -286,7 +334,11 @@ def test_probes_share_plain_backwards(tuned_run):
         t = r["per_grad"]
         assert t.plain_s > 0 and t.compute_s > 0 and t.total_s >= t.compute_s, t
         assert r["grads_cleared"]
-    assert results[0]["per_grad"] == results[1]["per_grad"] and results[0]["contention"] == results[1]["contention"]
+        # The fit calibrated by the tail all_reduce: it predicts that all_reduce exactly, with the fit's latency.
+        assert r["tail_s"] > 0 and r["comm"].time(r["model_bytes"] // 4 * 4) == pytest.approx(r["tail_s"])
+        assert r["comm"].alpha_s == r["fit"].alpha_s and r["comm"].calibration > 0
+    for key in ("per_grad", "contention", "tail_s", "comm"):
+        assert results[0][key] == results[1][key], key
 
 
 def test_tune_two_ranks_agree_and_train(tuned_run):
@@ -298,8 +350,10 @@ def test_tune_two_ranks_agree_and_train(tuned_run):
         assert r["n_measured"] == 3 and r["n_rows"] > 3  # 2 trials + the default measured, the rest predicted
         # The trials are what select_trials picks from the report's own model, and never one bucket layout twice.
         assert r["measured_as_selected"] and len(set(r["measured_layouts"])) == 2, r["table"]
-        # Measured in turns in one go, the trials are compared by their step over the round's mean step.
-        assert all(0 < x < 3 for x in r["relatives"]) and r["least_relative"] == r["choice"], r["relatives"]
+        # Measured in turns in one go, the trials are compared by their step over the round's mean step; the choice
+        # is what choose_trial makes of them: the best prediction, or a trial that beat it clearly.
+        assert all(0 < x < 3 for x in r["relatives"]), r["relatives"]
+        assert r["choice"] in (r["least_relative"], r["first_trial"]) and r["choice"] == r["rechosen"], r["table"]
         assert r["ready_sorted"] and r["fit_points"] >= 5
         assert "<- chosen" in r["table"] and "default (25 MB" in r["table"]
         assert r["dict"]["choice"]["measured"]["median_ms"] > 0

@@ -4,18 +4,20 @@
     print(report.table())
 
 It measures, on the running job, when each gradient is ready in the backward pass and what an all_reduce costs at
-each size on the process group's backend (a latency + bandwidth fit, checked against the measurements); predicts
+each size on the process group's backend (a latency + bandwidth fit, checked against the measurements, its
+bandwidth term calibrated by one all_reduce right after a backward, as DDP meets it); predicts
 the step time and exposed communication of every candidate bucket_cap_mb (and first-bucket size, where the running
-torch allows one) by simulating DDP's bucketing and one comm stream; measures the best few for real; and every rank
-takes rank 0's choice. The report also says which tunedist hook would pay off where communication stays exposed.
+torch allows one) by simulating DDP's bucketing and one comm stream; measures the best few for real, where a trial
+overrules the best prediction only when it is faster by more than its measurement's noise; and every rank takes
+rank 0's choice. The report also says which tunedist hook would pay off where communication stays exposed.
 """
 
 from .candidates import Candidate, build_ddp, make_candidates, register_hook
 from .costmodel import CommModel, Prediction, assign_buckets, fit_comm_model, simulate
 from .measure import ReadyProfile, StepTiming, measure_ready_times, params_of
 from .report import TuneReport
-from .tuner import TuneOptions, ddp, measure_candidates, select_trials, tune
+from .tuner import TuneOptions, choose_trial, ddp, measure_candidates, select_trials, tune
 
 __all__ = ["Candidate", "CommModel", "Prediction", "ReadyProfile", "StepTiming", "TuneOptions", "TuneReport",
-           "assign_buckets", "build_ddp", "ddp", "fit_comm_model", "make_candidates", "measure_candidates",
+           "assign_buckets", "build_ddp", "choose_trial", "ddp", "fit_comm_model", "make_candidates", "measure_candidates",
            "measure_ready_times", "params_of", "register_hook", "select_trials", "simulate", "tune"]

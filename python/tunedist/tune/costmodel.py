@@ -6,6 +6,7 @@ Pure functions of numbers: nothing here touches a process group, so all of it is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -21,6 +22,9 @@ class CommModel:
     points: tuple  # ((bytes, seconds), ...) that were fitted
     max_rel_err: float  # max over points of |model - measured| / measured
     rms_rel_err: float
+    # time(calibrated at) / the plain fit's time there: see calibrated(); 1 when not calibrated
+    calibration: float = 1.0
+    fit_s_per_byte: float | None = None  # the fit's own bandwidth term, where calibrated() changed it
 
     @property
     def beta_bps(self) -> float:
@@ -29,10 +33,25 @@ class CommModel:
     def time(self, nbytes: float) -> float:
         return self.alpha_s + nbytes * self.s_per_byte
 
+    def calibrated(self, nbytes: int, seconds: float) -> CommModel:
+        """This fit with its bandwidth term set so that time(nbytes) == seconds, the latency kept (the bandwidth
+        term to 0 where seconds <= alpha). The fit repeats an all_reduce of one buffer, which then runs from warm
+        caches; a DDP bucket is all-reduced right after the backward pass, whose activations and gradients have
+        pushed it out, and is divided by the world size after: on the 2-core CI machine that costs 2-3x the fit.
+        A measurement of that (probes.measure_probes' tail all_reduce) calibrates it."""
+        if nbytes <= 0 or seconds <= 0:
+            raise ValueError(f"CommModel.calibrated: need nbytes > 0 and seconds > 0, got {nbytes} and {seconds}")
+        g = max(0.0, seconds - self.alpha_s) / nbytes
+        return dataclasses.replace(self, s_per_byte=g, calibration=self.calibration * seconds / self.time(nbytes),
+                                   fit_s_per_byte=self.s_per_byte if self.fit_s_per_byte is None
+                                   else self.fit_s_per_byte)
+
     def as_dict(self) -> dict:
+        g = self.s_per_byte if self.fit_s_per_byte is None else self.fit_s_per_byte
         return {"alpha_us": self.alpha_s * 1e6, "beta_gbps": self.beta_bps / 1e9, "max_rel_err": self.max_rel_err,
-                "rms_rel_err": self.rms_rel_err,
-                "points": [{"bytes": n, "time_us": t * 1e6, "model_us": self.time(n) * 1e6} for n, t in self.points]}
+                "rms_rel_err": self.rms_rel_err, "calibration": self.calibration,
+                "points": [{"bytes": n, "time_us": t * 1e6, "fit_us": (self.alpha_s + n * g) * 1e6} for n, t in
+                           self.points]}
 
 
 def fit_comm_model(sizes, times) -> CommModel:

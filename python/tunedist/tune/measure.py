@@ -138,10 +138,11 @@ class StepTiming:
     # Median over rounds of this step over the mean step of the round (all DDPs measured in turns with it): the
     # load's drift from round to round cancels, so it compares DDPs measured together more surely than median_s.
     relative: float = 1.0
+    relative_sd: float = 0.0  # standard deviation over rounds of that ratio
 
     def as_dict(self) -> dict:
         return {"median_ms": self.median_s * 1e3, "spread_ms": self.spread_s * 1e3, "steps": self.steps,
-                "relative": self.relative}
+                "relative": self.relative, "relative_sd": self.relative_sd}
 
 
 def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on_round=None) -> list:
@@ -150,7 +151,7 @@ def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on
 
     DDPs of one module can coexist: a reducer acts on a backward only when its own forward prepared it. The first
     `warmup` steps of each are not timed (the reducer rebuilds its buckets at the second forward). Returns one
-    StepTiming per DDP; median, spread and relative are per rank, then max over ranks.
+    StepTiming per DDP; median, spread, relative and its deviation are per rank, then max over ranks.
     """
     for ddp in ddps:
         for _ in range(warmup):
@@ -172,10 +173,12 @@ def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on
     local = []
     for s in samples:
         qs = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0]] * 3
-        local += [statistics.median(s), (qs[2] - qs[0]) / 2, statistics.median(t / m for t, m in zip(s, round_mean))]
+        rel = [t / m for t, m in zip(s, round_mean)]
+        local += [statistics.median(s), (qs[2] - qs[0]) / 2, statistics.median(rel),
+                  statistics.stdev(rel) if len(rel) >= 2 else 0.0]
     agreed = agree_max(local, group)
-    return [StepTiming(median_s=agreed[3 * i], spread_s=agreed[3 * i + 1], steps=steps, relative=agreed[3 * i + 2])
-            for i in range(len(ddps))]
+    return [StepTiming(median_s=agreed[4 * i], spread_s=agreed[4 * i + 1], steps=steps, relative=agreed[4 * i + 2],
+                       relative_sd=agreed[4 * i + 3]) for i in range(len(ddps))]
 
 
 def model_bytes(module) -> int:

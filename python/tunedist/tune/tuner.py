@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import time
 import weakref
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ class TuneOptions:
     candidates: list | None = None
     first_bucket_mb: tuple = (1.0,)
     top_k: int = 2  # candidates measured for real: the best prediction, then hedges (see select_trials)
+    # A trial overrules the best prediction only when it measured faster by more than this many standard errors of
+    # the difference (see choose_trial); 0: the least measured wins, however slightly.
+    overrule_sigmas: float = 1.0
     measure_default: bool = True  # also measure DDP's default, for the report
     trial_steps: int = 8  # timed steps per candidate
     interleave: int = 16  # DDPs alive and measured in turns at once (each holds its own bucket buffers)
@@ -124,17 +128,40 @@ def select_trials(rows, profile, machine, hook, top_k: int) -> list:
 
 
 def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
-    """The all_reduce fit; then the contention probe and each bucket's fixed cost, from one backward with an
-    all_reduce per gradient against what the fit and the contention predict for it (the two probes in turns with
-    the same plain backwards)."""
+    """The all_reduce fit, calibrated by an all_reduce of the model's bytes right after a backward (what a DDP
+    bucket meets); then the contention probe and each bucket's fixed cost, from one backward with an all_reduce per
+    gradient against what the fit and the contention predict for it (the probes in turns with the same plain
+    backwards)."""
     sizes = comm_sizes(model_bytes(model), points=opts.comm_points)
-    comm = fit_comm_model(sizes, time_all_reduce(sizes, group))
-    contention, per_grad = measure_probes(model, step_fn, group, comm, profile.backward_s, iters=opts.probe_pairs)
+    fit = fit_comm_model(sizes, time_all_reduce(sizes, group))
+    probes = measure_probes(model, step_fn, group, fit, profile.backward_s, iters=opts.probe_pairs)
+    comm, contention, per_grad = probes.comm, probes.contention, probes.per_grad
     scale = per_grad.plain_s / profile.backward_s  # the load now against the load during the profile
     no_overhead = simulate([t * scale for t in profile.ready_s], profile.param_bytes, [1], comm, per_grad.plain_s,
                            per_grad.plain_s, contention=contention)
     overhead = max(0.0, (per_grad.total_s - no_overhead.step_s) / len(profile.param_bytes))
     return MachineModel(comm=comm, contention=contention, bucket_overhead_s=overhead)
+
+
+def choose_trial(trials, together: bool, sigmas: float) -> int:
+    """Index into `trials` (measured rows, trials[0] the best prediction) of the choice.
+
+    The least measured wins only if it beat trials[0] by more than `sigmas` standard errors of the difference;
+    otherwise trials[0] stays. A few timed steps of each on a shared machine leave an error of several percent,
+    about what separates the best few caps, so a bare minimum follows the noise as often as the truth: the trials
+    are there to catch a prediction that is clearly wrong, not to overrule it by chance. Measured together (in
+    turns in one go), they are compared by `relative` and its deviation over rounds; apart, by the median step
+    and its spread (half the interquartile range, 0.674 deviations of a normal)."""
+    def value(t):
+        return t.relative if together else t.median_s
+
+    def deviation(t):
+        return t.relative_sd if together else t.spread_s / 0.674
+
+    least = min(range(len(trials)), key=lambda i: value(trials[i].measured))
+    ref, best = trials[0].measured, trials[least].measured
+    se = math.sqrt((deviation(ref) ** 2 + deviation(best) ** 2) / max(1, min(ref.steps, best.steps)))
+    return least if value(ref) - value(best) > sigmas * se else 0
 
 
 def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, hook=None, options=None,
@@ -167,8 +194,7 @@ def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, h
         r.measured = t
     # Measured in turns in one go, the trials compare best by their step relative to the round's.
     together = len(trial_rows) <= max(1, opts.interleave)
-    best = min(range(len(trial_rows)), key=lambda i: trial_rows[i].measured.relative if together
-               else trial_rows[i].measured.median_s)
+    best = choose_trial(trial_rows, together, opts.overrule_sigmas)
     (best,) = broadcast_ints([best], process_group)  # timings are agreed already; rank 0's word settles ties
     group = process_group if process_group is not None else dist.group.WORLD
     report = TuneReport(choice=trial_rows[best].candidate, rows=rows, machine=machine, profile=profile,
