@@ -24,6 +24,10 @@ The conventions follow nccl-tests (doc/PERFORMANCE.md; docs/anchors.md part 1, s
   difference is an error.
 - Iterations: -n and -w fix them. Otherwise the warm-up takes up to 5 calls and the loop is sized to take about
   --target-s seconds (3 to 1000 calls), from timings that all ranks agree on.
+- cpu: the CPU time of each rank's process over the timed loop (time.process_time(): every thread, the backend's
+  own and the kernel's work for its sockets included) per op, summed over ranks (cpu_all_ranks_us; cpu_us is the
+  mean per rank). Where the ranks share a machine of C cores, no op can take less than that sum / C of wall time:
+  the summary prints it beside the times so a CPU-bound comparison shows as one.
 - memcpy_gbps: the per-rank bandwidth of the engine's copy routine (tunedist._C.measure_copy_gbps) while all ranks
   copy at once; the median of each rank, then the mean over ranks. bound: the all_reduce ceiling of a two-shot
   algorithm with copy-in/out, 4(P-1)/(5P+1) x memcpy_gbps, and each backend's busbw over it at the largest size.
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import re
 import sys
@@ -225,16 +230,20 @@ def measure_point(args, backend, group, op, inplace, count) -> dict:
     warm = sorted(_timed(call, warmup))
     (est_s,) = _over_ranks([warm[len(warm) // 2]], 3)
     iters = args.iters or min(args.max_iters, max(args.min_iters, round(args.target_s / max(est_s, 1e-9))))
+    cpu0 = time.process_time()
     times = _timed(call, iters)
+    cpu_s = (time.process_time() - cpu0) / iters
     mean_s, p50, p99 = _over_ranks([sum(times) / iters] + [_percentile(sorted(times), q) for q in (0.5, 0.99)],
                                    args.average)
+    (cpu_mean_s,) = _over_ranks([cpu_s], 1)
     nbytes = count * dtype.itemsize * (world if op in ("all_gather", "reduce_scatter") else 1)
     algbw = nbytes / mean_s / 1e9
     factor = {"all_reduce": 2 * (world - 1) / world, "broadcast": 1.0}.get(op, (world - 1) / world)
     return {"backend": backend, "op": op, "dtype": args.dtype, "redop": args.redop if op in ("all_reduce",
             "reduce_scatter") else "none", "bytes": nbytes, "count": count, "inplace": inplace, "iters": iters,
             "warmup": warmup, "time_us": mean_s * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
-            "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "wrong": n_wrong}
+            "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "wrong": n_wrong, "cpu_us": cpu_mean_s * 1e6,
+            "cpu_all_ranks_us": cpu_mean_s * world * 1e6}
 
 
 def plan(args, world: int) -> list:
@@ -321,16 +330,19 @@ def print_summary(results, args, meta) -> None:
     bound = meta["bound"]["busbw_gbps"]
     for other in args.backends[1:]:
         print(f"#\n# summary: {ref} vs {other} (all_reduce, broadcast in place; all_gather, reduce_scatter out of "
-              f"place); speedup = {other} time / {ref} time; all_reduce bound {bound:.2f} GB/s")
+              f"place); speedup = {other} time / {ref} time; all_reduce bound {bound:.2f} GB/s; cpu = CPU time per "
+              f"op of all ranks' processes together")
         print(f"#{'size(B)':>11} {'op':>15} {ref + ' us':>12} {other + ' us':>12} {'speedup':>8} "
-              f"{ref + ' busbw':>12} {other + ' busbw':>12} {ref + '/bound':>12}")
+              f"{ref + ' busbw':>12} {other + ' busbw':>12} {ref + '/bound':>12} {ref + ' cpu us':>13} "
+              f"{other + ' cpu us':>13}")
         for (backend, op, nbytes), r in prim.items():
             o = prim.get((other, op, nbytes))
             if backend != ref or o is None:
                 continue
             vs_bound = f"{r['busbw_gbps'] / bound:>12.3f}" if op == "all_reduce" and bound else f"{'-':>12}"
             print(f"{nbytes:>12} {op:>15} {r['time_us']:>12.2f} {o['time_us']:>12.2f} "
-                  f"{o['time_us'] / r['time_us']:>8.2f} {r['busbw_gbps']:>12.2f} {o['busbw_gbps']:>12.2f} {vs_bound}")
+                  f"{o['time_us'] / r['time_us']:>8.2f} {r['busbw_gbps']:>12.2f} {o['busbw_gbps']:>12.2f} {vs_bound} "
+                  f"{r.get('cpu_all_ranks_us', math.nan):>13.1f} {o.get('cpu_all_ranks_us', math.nan):>13.1f}")
 
 
 def bound_section(results, world: int, memcpy_gbps: float) -> dict:

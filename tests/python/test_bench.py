@@ -20,7 +20,7 @@ OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 RUN_TIMEOUT_S = 150
 RESULT_KEYS = {"backend": str, "op": str, "dtype": str, "bytes": int, "count": int, "inplace": bool, "iters": int,
                "time_us": float, "p50_us": float, "p99_us": float, "algbw_gbps": float, "busbw_gbps": float,
-               "wrong": int}
+               "wrong": int, "cpu_us": float, "cpu_all_ranks_us": float}
 
 
 def _torchrun(*argv, world_size=2):
@@ -54,6 +54,8 @@ def test_bench_json_schema(bench_run):
         assert math.isclose(row["algbw_gbps"], row["bytes"] / row["time_us"] / 1e3, rel_tol=1e-6)
         factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(row["op"], 0.5)  # 2(n-1)/n, 1, (n-1)/n at n = 2
         assert math.isclose(row["busbw_gbps"], row["algbw_gbps"] * factor, rel_tol=1e-6)
+        # CPU time per op: every process spends some on each call (at least its Python call), 2 ranks' worth in all.
+        assert row["cpu_us"] > 0 and math.isclose(row["cpu_all_ranks_us"], 2 * row["cpu_us"], rel_tol=1e-9)
     bound = data["bound"]
     assert math.isclose(bound["factor"], 4 / 11) and bound["busbw_gbps"] > 0
     assert set(bound["largest"]) == {"tuned", "gloo"}
@@ -126,7 +128,7 @@ def test_bench_prints_tables(bench_run):
     for backend in ("tuned", "gloo"):
         for op in OPS:
             assert f"# backend {backend}: {op}" in text
-    assert "# summary: tuned vs gloo" in text
+    assert "# summary: tuned vs gloo" in text and "tuned cpu us" in text and "gloo cpu us" in text
     assert "#wrong" in text and "busbw" in text
 
 
