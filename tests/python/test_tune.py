@@ -154,9 +154,16 @@ def test_choose_trial_needs_a_clear_win_to_overrule_the_prediction():
     # sigmas 0: the least measured wins outright. Three trials: the least is what may overrule.
     assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07]), True, 0.0) == 1
     assert tune.choose_trial(_measured_rows([1.06, 1.0, 0.94], [0.05, 0.05, 0.05]), True, 1.0) == 2
+    # Beside the rounds' error, the windows': with window_sd 0.08 (the CI machine's), the error of the difference is
+    # sqrt(0.035^2 + 0.08^2) = 0.087, so a 10% lead overrules the prediction and an 8% one does not.
+    assert tune.choose_trial(_measured_rows([1.05, 0.95], [0.07, 0.07]), True, 1.0, window_sd=0.08) == 1
+    assert tune.choose_trial(_measured_rows([1.04, 0.96], [0.07, 0.07]), True, 1.0, window_sd=0.08) == 0
+    assert tune.choose_trial(_measured_rows([1.04, 0.96], [0.07, 0.07]), True, 1.0) == 1
     # Measured apart: by the median step and its spread (1 ms / 0.674 each, a standard error of 0.74 ms).
     assert tune.choose_trial(_measured_rows([1.0, 0.99], [0.0, 0.0]), False, 1.0) == 0  # 0.5 ms faster
     assert tune.choose_trial(_measured_rows([1.0, 0.97], [0.0, 0.0]), False, 1.0) == 1  # 1.5 ms faster
+    # ... and window_sd as a share of the reference's median step (0.03 x 50 ms: 1.5 ms, 1.67 ms in all).
+    assert tune.choose_trial(_measured_rows([1.0, 0.97], [0.0, 0.0]), False, 1.0, window_sd=0.03) == 0
 
 
 # --------------------------------------------------------------------------------------------------- 2 ranks
@@ -237,7 +244,7 @@ def _tune_end_to_end(rank, world_size, hook):
             "least_relative": min(measured, key=lambda r: r.measured.relative).candidate,
             "first_trial": selected[0].candidate,
             "rechosen": measured_in_trial_order[tune.choose_trial(measured_in_trial_order, True,
-                                                                  opts.overrule_sigmas)].candidate,
+                                                                  opts.overrule_sigmas, opts.window_sd)].candidate,
             "ready_sorted": list(report.profile.ready_s) == sorted(report.profile.ready_s),
             "fit_points": len(report.machine.comm.points), "dict": report.as_dict()}
 
@@ -298,8 +305,30 @@ def _trial_ddps_freed(rank, world_size):
     return out
 
 
+def _interleaved_order(rank, world_size):
+    """Which DDP time_steps_interleaved steps when, with stand-ins that log their turn."""
+    from tunedist.tune.measure import time_steps_interleaved
+
+    class Logged:
+        def __init__(self, name, log):
+            self.name, self.log = name, log
+
+        def zero_grad(self, set_to_none=True):
+            pass
+
+    out = {}
+    for n in (2, 3):
+        log = []
+        ddps = [Logged(chr(ord("A") + i), log) for i in range(n)]
+        timings = time_steps_interleaved(
+            ddps, lambda d: (d.log.append(d.name), torch.ones((), requires_grad=True) * 2)[1], None, steps=4,
+            warmup=1)
+        out[n] = {"order": "".join(log[n:]), "steps": [t.steps for t in timings]}  # the warm-up steps left out
+    return out
+
+
 def _on_tuned(rank, world_size):
-    return {"freed": _trial_ddps_freed(rank, world_size), "probes": _probes(rank, world_size),
+    return {"order": _interleaved_order(rank, world_size), "freed": _trial_ddps_freed(rank, world_size), "probes": _probes(rank, world_size),
             "bucketing": _bucketing_vs_reducer(rank, world_size), "tune": _tune_end_to_end(rank, world_size, "bf16"),
             "powersgd": _powersgd_refusal(rank, world_size), "fp16": _torch_fp16_fallback(rank, world_size)}
 
@@ -316,6 +345,14 @@ def test_simulated_bucketing_matches_the_reducer(tuned_run):
         for label, actual, simulated in rows:
             assert actual == simulated, f"{label}: reducer {actual} vs simulated {simulated}"
         assert len({len(a) for _, a, _ in rows}) > 1, "the caps tried should give different bucket counts"
+
+
+def test_interleaved_steps_never_repeat_a_ddp(tuned_run):
+    """Rounds of 3 or more DDPs start one further each time; 2 alternate (a rotation would run one twice in a row,
+    which flatters it: its buckets are still in cache)."""
+    for r in tuned_run:
+        assert r["order"][2] == {"order": "ABABABAB", "steps": [4, 4]}, r["order"]
+        assert r["order"][3] == {"order": "ABCBCACABABC", "steps": [4, 4, 4]}, r["order"]
 
 
 def test_trial_ddps_are_freed(tuned_run):

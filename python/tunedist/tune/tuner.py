@@ -31,6 +31,12 @@ class TuneOptions:
     # A trial overrules the best prediction only when it measured faster by more than this many standard errors of
     # the difference (see choose_trial); 0: the least measured wins, however slightly.
     overrule_sigmas: float = 1.0
+    # How much two candidates' relative steps move apart from one measurement window to the next beyond what the
+    # window's own rounds show: a shared machine's load changes its mix, and candidates react to it differently
+    # (one bucket, all communication exposed, gains most from a quiet moment). On the 2-core CI machine, 2 MB
+    # against 16 MB over windows of 8 rounds: 0.08-0.12 in all, of which the rounds explain 0.04-0.05. Part of
+    # choose_trial's standard error; a dedicated machine can lower it.
+    window_sd: float = 0.08
     measure_default: bool = True  # also measure DDP's default, for the report
     trial_steps: int = 8  # timed steps per candidate
     interleave: int = 16  # DDPs alive and measured in turns at once (each holds its own bucket buffers)
@@ -38,6 +44,9 @@ class TuneOptions:
     profile_iters: int = 3
     probe_pairs: int = 2  # (plain, contention probe, per-gradient probe) backward triples
     comm_points: int = 7
+    # Seconds of repeated all_reduces per size of the fit (at least 3 calls each). The calibration by the tail
+    # all_reduce sets the bandwidth term a DDP step meets, so the fit mostly pins the latency: 20 ms per size does.
+    comm_target_s: float = 0.02
     progress: bool = True  # a bar on rank 0's stderr over the trials
 
 
@@ -133,7 +142,7 @@ def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
     gradient against what the fit and the contention predict for it (the probes in turns with the same plain
     backwards)."""
     sizes = comm_sizes(model_bytes(model), points=opts.comm_points)
-    fit = fit_comm_model(sizes, time_all_reduce(sizes, group))
+    fit = fit_comm_model(sizes, time_all_reduce(sizes, group, target_s=opts.comm_target_s))
     probes = measure_probes(model, step_fn, group, fit, profile.backward_s, iters=opts.probe_pairs)
     comm, contention, per_grad = probes.comm, probes.contention, probes.per_grad
     scale = per_grad.plain_s / profile.backward_s  # the load now against the load during the profile
@@ -143,15 +152,16 @@ def measure_machine(model, step_fn, group, profile, opts) -> MachineModel:
     return MachineModel(comm=comm, contention=contention, bucket_overhead_s=overhead)
 
 
-def choose_trial(trials, together: bool, sigmas: float) -> int:
+def choose_trial(trials, together: bool, sigmas: float, window_sd: float = 0.0) -> int:
     """Index into `trials` (measured rows, trials[0] the best prediction) of the choice.
 
     The least measured wins only if it beat trials[0] by more than `sigmas` standard errors of the difference;
     otherwise trials[0] stays. A few timed steps of each on a shared machine leave an error of several percent,
     about what separates the best few caps, so a bare minimum follows the noise as often as the truth: the trials
-    are there to catch a prediction that is clearly wrong, not to overrule it by chance. Measured together (in
-    turns in one go), they are compared by `relative` and its deviation over rounds; apart, by the median step
-    and its spread (half the interquartile range, 0.674 deviations of a normal)."""
+    are there to catch a prediction that is clearly wrong, not to overrule it by chance. The standard error is the
+    rounds' own (measured together, in turns in one go: `relative` and its deviation over rounds; apart: the median
+    step and its spread, half the interquartile range, 0.674 deviations of a normal) and `window_sd` (a share of
+    the step: see TuneOptions) beside it."""
     def value(t):
         return t.relative if together else t.median_s
 
@@ -160,8 +170,9 @@ def choose_trial(trials, together: bool, sigmas: float) -> int:
 
     least = min(range(len(trials)), key=lambda i: value(trials[i].measured))
     ref, best = trials[0].measured, trials[least].measured
-    se = math.sqrt((deviation(ref) ** 2 + deviation(best) ** 2) / max(1, min(ref.steps, best.steps)))
-    return least if value(ref) - value(best) > sigmas * se else 0
+    rounds_se2 = (deviation(ref) ** 2 + deviation(best) ** 2) / max(1, min(ref.steps, best.steps))
+    window = window_sd * (1.0 if together else ref.median_s)
+    return least if value(ref) - value(best) > sigmas * math.sqrt(rounds_se2 + window ** 2) else 0
 
 
 def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, hook=None, options=None,
@@ -194,7 +205,7 @@ def tune(model, step_fn=None, *, loss_fn=None, batch=None, process_group=None, h
         r.measured = t
     # Measured in turns in one go, the trials compare best by their step relative to the round's.
     together = len(trial_rows) <= max(1, opts.interleave)
-    best = choose_trial(trial_rows, together, opts.overrule_sigmas)
+    best = choose_trial(trial_rows, together, opts.overrule_sigmas, opts.window_sd)
     (best,) = broadcast_ints([best], process_group)  # timings are agreed already; rank 0's word settles ties
     group = process_group if process_group is not None else dist.group.WORLD
     report = TuneReport(choice=trial_rows[best].candidate, rows=rows, machine=machine, profile=profile,
