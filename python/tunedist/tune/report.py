@@ -119,9 +119,9 @@ class TuneReport:
                  f"{sum(self.profile.param_bytes) / 2**20:.1f} MiB in {len(self.profile.param_bytes)} tensors; "
                  f"forward {self.profile.forward_s * 1e3:.1f} ms, backward {self.profile.backward_s * 1e3:.1f} ms "
                  f"(no DDP); tuning took {self.tune_s:.1f} s",
-                 f"# all_reduce: {c.alpha_s * 1e6:.1f} us + n / {c.beta_bps / 1e9:.2f} GB/s, the fit of "
-                 f"{len(c.points)} sizes (error max {c.max_rel_err:.0%}, rms {c.rms_rel_err:.0%}) with its bandwidth "
-                 f"term calibrated by an all_reduce of the model's bytes right after a backward, as DDP meets it "
+                 f"# all_reduce: {c.alpha_s * 1e6:.1f} us + n / {c.beta_bps / 1e9:.2f} GB/s: the fit of "
+                 f"{len(c.points)} sizes (error max {c.max_rel_err:.0%}, rms {c.rms_rel_err:.0%}), its bandwidth term",
+                 f"# calibrated by an all_reduce of the model's bytes right after a backward, as DDP meets it "
                  f"({c.calibration:.2f}x the fit there)",
                  f"# overlapped communication costs the compute {m.contention:.0%} of its time; each bucket costs "
                  f"{m.bucket_overhead_s * 1e6:.0f} us beyond its all_reduce",
