@@ -164,7 +164,7 @@ def time_steps_interleaved(ddps, step_fn, group, steps: int, warmup: int = 2, on
         for j in range(n):
             # Round k starts at DDP k: no DDP runs twice in a row, except that with 2 a rotation would (A B, B A):
             # a DDP's second step in a row finds its buckets in cache, which flatters one that exposes its
-            # communication (4.7% for a one-bucket DDP here), so 2 simply alternate.
+            # communication (4.7% for a one-bucket DDP here, within about one standard error), so 2 alternate.
             i = (j + (k if n > 2 else 0)) % n
             ddps[i].zero_grad(set_to_none=True)
             t0 = time.perf_counter()
