@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import os
 import re
 import sys
@@ -342,7 +341,7 @@ def print_summary(results, args, meta) -> None:
             vs_bound = f"{r['busbw_gbps'] / bound:>12.3f}" if op == "all_reduce" and bound else f"{'-':>12}"
             print(f"{nbytes:>12} {op:>15} {r['time_us']:>12.2f} {o['time_us']:>12.2f} "
                   f"{o['time_us'] / r['time_us']:>8.2f} {r['busbw_gbps']:>12.2f} {o['busbw_gbps']:>12.2f} {vs_bound} "
-                  f"{r.get('cpu_all_ranks_us', math.nan):>13.1f} {o.get('cpu_all_ranks_us', math.nan):>13.1f}")
+                  f"{r['cpu_all_ranks_us']:>13.1f} {o['cpu_all_ranks_us']:>13.1f}")
 
 
 def bound_section(results, world: int, memcpy_gbps: float) -> dict:

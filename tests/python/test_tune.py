@@ -328,7 +328,8 @@ def _interleaved_order(rank, world_size):
 
 
 def _on_tuned(rank, world_size):
-    return {"order": _interleaved_order(rank, world_size), "freed": _trial_ddps_freed(rank, world_size), "probes": _probes(rank, world_size),
+    return {"order": _interleaved_order(rank, world_size), "freed": _trial_ddps_freed(rank, world_size),
+            "probes": _probes(rank, world_size),
             "bucketing": _bucketing_vs_reducer(rank, world_size), "tune": _tune_end_to_end(rank, world_size, "bf16"),
             "powersgd": _powersgd_refusal(rank, world_size), "fp16": _torch_fp16_fallback(rank, world_size)}
 

@@ -19,5 +19,6 @@ from .report import TuneReport
 from .tuner import TuneOptions, choose_trial, ddp, measure_candidates, select_trials, tune
 
 __all__ = ["Candidate", "CommModel", "Prediction", "ReadyProfile", "StepTiming", "TuneOptions", "TuneReport",
-           "assign_buckets", "build_ddp", "choose_trial", "ddp", "fit_comm_model", "make_candidates", "measure_candidates",
-           "measure_ready_times", "params_of", "register_hook", "select_trials", "simulate", "tune"]
+           "assign_buckets", "build_ddp", "choose_trial", "ddp", "fit_comm_model", "make_candidates",
+           "measure_candidates", "measure_ready_times", "params_of", "register_hook", "select_trials", "simulate",
+           "tune"]

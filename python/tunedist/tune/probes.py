@@ -1,5 +1,5 @@
 """Probes of how communication and the backward pass share this machine, each timed right after a plain backward
-(in pairs, or in triples of a plain backward and both probes: measure_probes) so that a drifting load hits all alike.
+(measure_probes runs them all in turns with the same plain backwards) so that a drifting load hits all alike.
 
 - contention: one async all_reduce started with the backward; the share of its time the backward loses.
 - per-gradient all_reduce: one async all_reduce per gradient as it is ready (DDP with a bucket per tensor, without
@@ -42,12 +42,6 @@ def _one(module, step_fn, group, start, finish) -> tuple:
     return t2 - t1, time.perf_counter() - t1
 
 
-def paired_backward(module, step_fn, group, start, finish, iters: int = 3) -> PairedTiming:
-    """Medians over `iters` pairs, max over ranks. start() runs just before backward and returns a handle that
-    finish(handle) completes after it."""
-    return paired_backwards(module, step_fn, group, [(start, finish)], iters)[0][0]
-
-
 def paired_backwards(module, step_fn, group, probes, iters: int = 3, after_plain=None) -> tuple:
     """(one PairedTiming per (start, finish) of `probes`, seconds of after_plain()): all against the same plain
     backwards. Each iteration runs a plain backward, then after_plain() (timed; 0.0 when None), then a backward
@@ -81,18 +75,9 @@ def _contention_probe(module, group, comm, backward_s: float) -> tuple:
     return (lambda: dist.all_reduce(buf, group=group, async_op=True)), (lambda work: work.wait()), nbytes
 
 
-def _contention(t: PairedTiming, alone_s: float) -> float:
-    return min(1.0, max(0.0, (t.compute_s - t.plain_s) / max(alone_s, 1e-9)))
-
-
-def measure_contention(module, step_fn, group, comm, backward_s: float, iters: int = 3) -> float:
-    """(backward with an overlapped all_reduce - backward alone) / that all_reduce's time alone (from the fit
-    `comm`), clamped to [0, 1]. The all_reduce is sized to take about half the backward."""
-    start, finish, nbytes = _contention_probe(module, group, comm, backward_s)
-    return _contention(paired_backward(module, step_fn, group, start, finish, iters), comm.time(nbytes))
-
-
 def _per_gradient_probe(module, group) -> tuple:
+    """(start, finish): an all_reduce of each gradient the moment it is ready; finish waits for them all. The
+    gradients are summed over ranks (and cleared after by paired_backwards)."""
     params = params_of(module)
     works = []
 
@@ -108,12 +93,6 @@ def _per_gradient_probe(module, group) -> tuple:
         works.clear()
 
     return start, finish
-
-
-def time_per_gradient_all_reduce(module, step_fn, group, iters: int = 3) -> PairedTiming:
-    """A backward that all-reduces each gradient the moment it is ready, paired with a plain one. The gradients
-    are summed over ranks, then cleared."""
-    return paired_backward(module, step_fn, group, *_per_gradient_probe(module, group), iters)
 
 
 def _tail_probe(module, group):
@@ -134,19 +113,20 @@ def _tail_probe(module, group):
 @dataclass(frozen=True)
 class Probes:
     comm: CommModel  # the all_reduce fit, calibrated by the tail all_reduce (CommModel.calibrated)
+    # (backward with an overlapped all_reduce - backward alone) / that all_reduce's time alone by `comm`, in [0, 1]
     contention: float
-    per_grad: PairedTiming
+    per_grad: PairedTiming  # a backward with the per-gradient all_reduces, against a plain one
     tail_s: float  # the tail all_reduce of the model's bytes right after a plain backward
 
 
 def measure_probes(module, step_fn, group, comm, backward_s: float, iters: int = 3) -> Probes:
-    """The fit calibrated by the tail all_reduce, then measure_contention (against the calibrated fit) and
-    time_per_gradient_all_reduce, all in one go and sharing their plain backwards (a quarter fewer backwards than
-    the two probes apart)."""
+    """The three probes in one go, sharing their plain backwards (each iteration: a plain backward, the tail
+    all_reduce, a backward with the contention probe, one with the per-gradient probe). The fit `comm` is
+    calibrated by the tail all_reduce, and the contention is measured against the calibrated fit."""
     start, finish, nbytes = _contention_probe(module, group, comm, backward_s)
     tail, tail_bytes = _tail_probe(module, group)
     (cont, per_grad), tail_s = paired_backwards(
         module, step_fn, group, [(start, finish), _per_gradient_probe(module, group)], iters, after_plain=tail)
     calibrated = comm.calibrated(tail_bytes, tail_s)
-    return Probes(comm=calibrated, contention=_contention(cont, calibrated.time(nbytes)), per_grad=per_grad,
-                  tail_s=tail_s)
+    contention = min(1.0, max(0.0, (cont.compute_s - cont.plain_s) / max(calibrated.time(nbytes), 1e-9)))
+    return Probes(comm=calibrated, contention=contention, per_grad=per_grad, tail_s=tail_s)
