@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "backend/store_rendezvous.h"
-#include "shm/error.h"
-#include "shm/sync.h"
+#include "core/error.h"
+#include "core/sync.h"
 #include "tunedist/tunedist.h"
 
 #ifndef TUNEDIST_TORCH_VERSION

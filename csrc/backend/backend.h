@@ -36,8 +36,8 @@
 #include "backend/hier/p2p.h"
 #include "backend/work.h"
 #include "shm/comm.h"
-#include "shm/host_discovery.h"
-#include "shm/p2p.h"
+#include "topology/host_discovery.h"
+#include "shm/p2p/engine.h"
 
 namespace tunedist {
 

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "shm/comm.h"
-#include "shm/error.h"
+#include "core/error.h"
 
 namespace tunedist {
 
-class StoreRendezvous : public shm::Rendezvous {
+class StoreRendezvous : public Rendezvous {
  public:
   explicit StoreRendezvous(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
 

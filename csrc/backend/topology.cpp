@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "backend/store_rendezvous.h"
+#include "core/store_keys.h"
 #include "shm/layout.h"
 
 namespace tunedist {
@@ -39,7 +40,7 @@ void TunedBackend::makeEngines(const shm::HostLayout& layout) {
   const int host = layout.hostOf[size_t(rank_)];
   const int local = layout.localRankOf[size_t(rank_)];
   const int localSize = int(layout.hosts[size_t(host)].size());
-  auto hostStore = c10::make_intrusive<c10d::PrefixStore>("tunedist_host" + std::to_string(host) + "/", store_);
+  auto hostStore = c10::make_intrusive<c10d::PrefixStore>(keys::hostPrefix(host), store_);
   auto hostRendezvous = std::make_shared<StoreRendezvous>(hostStore);
   comm_ = std::make_unique<shm::ShmComm>(hostRendezvous, local, localSize, options_.shm);
   p2p_ = std::make_unique<shm::P2pEngine>(hostRendezvous, local, localSize, options_.shm);

@@ -4,7 +4,7 @@
 
 #include <sched.h>
 
-#include "shm/sync.h"
+#include "core/sync.h"
 
 namespace tunedist {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "hooks/cuda/cuda_kernels.h"
-#include "shm/kernels/compress.h"
+#include "kernels/compress.h"
 
 namespace tunedist::hooks {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "hooks/hook_common.h"
-#include "shm/kernels/lowrank.h"
+#include "kernels/lowrank.h"
 
 namespace tunedist::hooks {
 namespace {

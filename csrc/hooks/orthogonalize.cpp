@@ -4,7 +4,7 @@
 // in the same order), bit for bit.
 #include <ATen/ATen.h>
 
-#include "shm/kernels/lowrank.h"
+#include "kernels/lowrank.h"
 
 #include "tunedist/hooks/kernels.h"
 

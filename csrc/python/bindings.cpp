@@ -16,7 +16,7 @@
 #include "backend/backend.h"
 #include "python/hooks_bindings.h"
 #include "tunedist/tunedist.h"
-#include "shm/kernels/reduce.h"
+#include "kernels/reduce.h"
 
 namespace py = pybind11;
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "shm/comm.h"
-#include "shm/error.h"
+#include "core/error.h"
 
 namespace tunedist::shm {
 

@@ -1,11 +1,11 @@
-// all_to_all with per-pair sizes (even and uneven splits), and barrier.
+// all_to_all with per-pair sizes (even and uneven splits).
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <vector>
 
 #include "shm/comm.h"
-#include "shm/error.h"
+#include "core/error.h"
 
 namespace tunedist::shm {
 
@@ -73,15 +73,6 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
     if (recvs[rank_] != sends[rank_] && sendBytes[rank_] > 0) {
       std::memmove(recvs[rank_], sends[rank_], sendBytes[rank_]);
     }
-  });
-}
-
-// barrier: one round with no data; returns once every rank has entered it.
-void ShmComm::barrier(const OpContext& ctx) {
-  runOp(ctx, makeDesc(OpCode::kBarrier, ctx.seq, 0, -1), [&] {
-    int b = beginRound(ctx);
-    waitAll(ctx, publish(ctx));
-    releaseBuffer(b);
   });
 }
 

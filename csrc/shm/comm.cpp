@@ -9,8 +9,9 @@
 #include <sstream>
 #include <thread>
 
-#include "shm/error.h"
-#include "shm/sync.h"
+#include "core/error.h"
+#include "core/store_keys.h"
+#include "core/sync.h"
 
 #ifndef TUNEDIST_BUILD_ID
 #define TUNEDIST_BUILD_ID 0ULL
@@ -19,10 +20,10 @@
 namespace tunedist::shm {
 namespace {
 
-constexpr const char* kSegmentKey = "tunedist_shm_segment";
+constexpr const char* kSegmentKey = keys::kShmSegment;
 // Where a rank that fails before the segment exists (no room in /dev/shm, a bad tensor in the first collective)
 // leaves its reason, so peers still attaching fail with it instead of waiting for the timeout.
-constexpr const char* kAbortKey = "tunedist_shm_abort";
+constexpr const char* kAbortKey = keys::kShmAbort;
 constexpr auto kAttachPoll = std::chrono::milliseconds(10);
 constexpr uint32_t kAbortWriting = 1;
 constexpr uint32_t kAbortSet = 2;

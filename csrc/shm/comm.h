@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,26 +24,15 @@
 #include <thread>
 #include <vector>
 
-#include "shm/error.h"
-#include "shm/kernels/reduce.h"
+#include "core/error.h"
+#include "kernels/reduce.h"
 #include "shm/layout.h"
-#include "shm/options.h"
+#include "core/options.h"
 #include "shm/segment.h"
-#include "shm/types.h"
+#include "core/rendezvous.h"
+#include "core/types.h"
 
 namespace tunedist::shm {
-
-// The key-value exchange used once per group to share the segment's name (c10d::Store in the backend, an
-// in-memory map in the engine's tests).
-class Rendezvous {
- public:
-  virtual ~Rendezvous() = default;
-  virtual void set(const std::string& key, const std::string& value) = 0;
-  // Blocks until `key` exists or `timeout` passes (then throws tunedist::Error).
-  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
-  // True if `key` exists now; never blocks.
-  virtual bool check(const std::string& key) = 0;
-};
 
 enum class OpCode : uint32_t {
   kAllreduce = 1,
@@ -150,6 +140,12 @@ class ShmComm {
   void gatherTo(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
   void allreduceOneShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
   void allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
+  // Our own block goes straight from input to output; memmove because callers may pass overlapping views.
+  static void copyOwn(void* dst, const void* src, size_t bytes) {
+    if (dst != src && bytes > 0) {
+      std::memmove(dst, src, bytes);
+    }
+  }
   // Elements per slice so that size_ slices of `count`-element chunks fit one slot, 64-byte aligned.
   size_t sliceElems(size_t count, size_t elemSize) const;
 

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "shm/comm.h"
-#include "shm/error.h"
+#include "core/error.h"
 
 namespace tunedist::shm {
 

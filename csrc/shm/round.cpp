@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "shm/comm.h"
-#include "shm/error.h"
-#include "shm/sync.h"
+#include "core/error.h"
+#include "core/sync.h"
 
 namespace tunedist::shm {
 namespace {

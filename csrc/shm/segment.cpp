@@ -15,7 +15,7 @@
 #include <ctime>
 #include <utility>
 
-#include "shm/error.h"
+#include "core/error.h"
 
 namespace tunedist::shm {
 std::string randomHex(size_t bytes) {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "shm/p2p.h"
+#include "shm/p2p/engine.h"
 #include "shm_test_util.h"
 
 namespace tunedist::test {

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "shm/error.h"
-#include "shm/kernels/reduce.h"
+#include "core/error.h"
+#include "kernels/reduce.h"
 
 namespace tunedist::test {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "shm/error.h"
-#include "shm/types.h"
+#include "core/error.h"
+#include "core/types.h"
 
 namespace tunedist::test {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "shm/comm.h"
-#include "shm/error.h"
+#include "core/error.h"
 #include "shm/segment.h"
 
 namespace tunedist::test {
@@ -76,7 +76,7 @@ inline ReduceArgs floatSum() {
 }
 
 // The rendezvous of the engine tests: a map under a mutex; get() blocks until the key exists or times out.
-class MemRendezvous final : public shm::Rendezvous {
+class MemRendezvous final : public Rendezvous {
  public:
   void set(const std::string& key, const std::string& value) override {
     {
@@ -108,7 +108,7 @@ class MemRendezvous final : public shm::Rendezvous {
 // One rank's communicator and its operation counter: each op() is the next sequence number with a deadline.
 class Peer {
  public:
-  Peer(std::shared_ptr<shm::Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
+  Peer(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
       : comm(std::move(rendezvous), rank, size, options) {}
 
   OpContext op(const char* name, Ms timeout = kOpTimeout) { return OpContext{name, seq_++, Clock::now() + timeout}; }

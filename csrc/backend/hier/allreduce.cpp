@@ -34,7 +34,7 @@
 #include <numeric>
 
 #include "backend/hier/hier_ops.h"
-#include "shm/host_topology.h"
+#include "topology/host_topology.h"
 
 namespace tunedist::hier {
 namespace {

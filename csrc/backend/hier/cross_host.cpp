@@ -6,13 +6,14 @@
 
 #include <condition_variable>
 
-#include "shm/error.h"
+#include "core/error.h"
+#include "core/store_keys.h"
 
 namespace tunedist {
 namespace {
 
-constexpr const char* kGlooPrefix = "tunedist_gloo/";
-constexpr const char* kAbortKey = "tunedist_cross_abort";
+using keys::kGlooPrefix;
+constexpr const char* kAbortKey = keys::kCrossAbort;
 // While waiting for a gloo operation, the store is checked for another host's failure after kFirstAbortCheck,
 // then this often.
 constexpr auto kFirstAbortCheck = std::chrono::milliseconds(20);

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "shm/comm.h"
-#include "shm/host_topology.h"
+#include "topology/host_topology.h"
 
 namespace tunedist {
 

@@ -11,7 +11,7 @@
 
 #include "backend/hier/cross_host.h"
 #include "shm/comm.h"
-#include "shm/types.h"
+#include "core/types.h"
 
 namespace tunedist::hier {
 

@@ -18,7 +18,7 @@
 #include <mutex>
 
 #include "backend/hier/cross_host.h"
-#include "shm/p2p.h"
+#include "shm/p2p/engine.h"
 
 namespace tunedist::hier {
 

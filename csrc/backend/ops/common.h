@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "shm/kernels/reduce.h"
-#include "shm/types.h"
+#include "kernels/reduce.h"
+#include "core/types.h"
 
 namespace tunedist::ops {
 

@@ -1,0 +1,335 @@
+// The reduction and copy kernels, written once and compiled once per SIMD level: reduce_scalar.cpp,
+// reduce_avx2.cpp and reduce_avx512.cpp each include this header under their own -m flags and export the table
+// that buildKernelTable() returns. The auto-vectoriser does the SIMD work, so every loop below is a plain
+// element-wise loop over __restrict pointers; only the half-precision conversions and the streaming copy use
+// intrinsics, where the level has them.
+//
+// Reduction algorithm, per block of kBlockBytes of accumulator (kept on the stack, so it stays in L1):
+//   1. acc[i] = pre(widen(srcs[0][i]))                 (pre multiplies by the PREMUL_SUM factor, else identity)
+//   2. for s = 1 .. nsrc-1: acc[i] = combine(acc[i], pre(widen(srcs[s][i])))   (strictly left to right)
+//   3. out[i] = narrow(post(acc[i]))                     (post divides for AVG, else identity)
+// Every source element of a block is read before the block's output is written, which is what makes
+// out == srcs[k] safe. fp16/bf16 accumulate in float and round once, in step 3.
+//
+// Everything is in an anonymous namespace: see convert_impl.h for why each level needs its own private copy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/compress_impl.h"
+#include "kernels/convert_impl.h"
+#include "kernels/kernel_table_impl.h"
+
+namespace tunedist::shm::kernels {
+namespace {
+
+// Accumulator bytes per block: 1024 floats. Small enough to stay in L1 with the source stream and the fp16
+// conversion buffer beside it, large enough that per-block overhead (one pass per source) is negligible.
+constexpr size_t kBlockBytes = 4096;
+
+// From this size up the AVX2/AVX-512 copy uses non-temporal stores; see copyKernel for the measurements.
+constexpr size_t kStreamCopyMinBytes = size_t{16} << 10;
+
+// ---- Operators: pre() on every term, combine() folds a term into the accumulator, post() before narrowing. ----
+
+template <typename A>
+struct SumOp {
+  explicit SumOp(const ReduceArgs&) {}
+  A pre(A x) const { return x; }
+  A combine(A acc, A x) const { return static_cast<A>(acc + x); }
+  A post(A acc) const { return acc; }
+};
+
+template <typename A>
+struct ProductOp {
+  explicit ProductOp(const ReduceArgs&) {}
+  A pre(A x) const { return x; }
+  // Integer accumulators are unsigned of at least 8 bits; uint8 operands promote to int, where 255 * 255 fits.
+  A combine(A acc, A x) const { return static_cast<A>(acc * x); }
+  A post(A acc) const { return acc; }
+};
+
+// MIN/MAX of floats propagate NaN: if either operand is NaN the result is that NaN. Written as a select on
+// explicit comparisons because std::min and vminps are not NaN-propagating (they return an operand by position),
+// and the result must be the same at every level. Ties (-0 vs +0) keep the accumulator.
+template <typename A>
+struct MinOp {
+  explicit MinOp(const ReduceArgs&) {}
+  A pre(A x) const { return x; }
+  A combine(A acc, A x) const {
+    if constexpr (std::is_floating_point_v<A>) {
+      return ((x < acc) | (x != x)) ? x : acc;
+    } else {
+      return x < acc ? x : acc;
+    }
+  }
+  A post(A acc) const { return acc; }
+};
+
+template <typename A>
+struct MaxOp {
+  explicit MaxOp(const ReduceArgs&) {}
+  A pre(A x) const { return x; }
+  A combine(A acc, A x) const {
+    if constexpr (std::is_floating_point_v<A>) {
+      return ((x > acc) | (x != x)) ? x : acc;
+    } else {
+      return x > acc ? x : acc;
+    }
+  }
+  A post(A acc) const { return acc; }
+};
+
+template <typename A>
+struct BandOp {
+  explicit BandOp(const ReduceArgs&) {}
+  A pre(A x) const { return x; }
+  A combine(A acc, A x) const { return static_cast<A>(acc & x); }
+  A post(A acc) const { return acc; }
+};
+
+template <typename A>
+struct BorOp {
+  explicit BorOp(const ReduceArgs&) {}
+  A pre(A x) const { return x; }
+  A combine(A acc, A x) const { return static_cast<A>(acc | x); }
+  A post(A acc) const { return acc; }
+};
+
+template <typename A>
+struct BxorOp {
+  explicit BxorOp(const ReduceArgs&) {}
+  A pre(A x) const { return x; }
+  A combine(A acc, A x) const { return static_cast<A>(acc ^ x); }
+  A post(A acc) const { return acc; }
+};
+
+// Floats divide in the accumulator type; int64 (accumulated in uint64 by Int64AvgCodec) divides as int64,
+// truncating toward zero; smaller integers divide in double and SmallIntAvgCodec truncates. reduce() guarantees
+// divisor >= 1.
+template <typename A>
+struct AvgOp {
+  explicit AvgOp(const ReduceArgs& args) : divisor_(args.divisor) {}
+  A pre(A x) const { return x; }
+  A combine(A acc, A x) const { return static_cast<A>(acc + x); }
+  A post(A acc) const {
+    if constexpr (std::is_floating_point_v<A>) {
+      return acc / static_cast<A>(divisor_);
+    } else {
+      return static_cast<A>(static_cast<int64_t>(acc) / static_cast<int64_t>(divisor_));
+    }
+  }
+  int divisor_;
+};
+
+// Floating types only: the factor is rounded to the accumulator type once, then every term is multiplied by it.
+template <typename A>
+struct PremulSumOp {
+  static_assert(std::is_floating_point_v<A>, "PREMUL_SUM is defined for floating types only");
+  explicit PremulSumOp(const ReduceArgs& args) : factor_(static_cast<A>(args.factor)) {}
+  A pre(A x) const { return x * factor_; }
+  A combine(A acc, A x) const { return acc + x; }
+  A post(A acc) const { return acc; }
+  A factor_;
+};
+
+// ---- fp16 block conversions: F16C where the level has it (4x faster than the manual code), else manual. ----
+// (widenHalfBlock is in compress_impl.h, which the compression kernels share.)
+
+inline void narrowHalfBlock(uint16_t* __restrict dst, const float* __restrict src, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+#endif
+  for (; i < n; ++i) dst[i] = floatToHalf(src[i]);
+}
+
+// ---- The kernel. ----
+// The three block steps are kept out of line: inlined into the loop over sources, GCC 12 unrolls that loop by two
+// and fuses two nextTerm loops into one it then leaves scalar (int8 SUM of 4 sources ran at 4 GB/s instead of 30).
+// Out of line, each is a single loop over __restrict pointers that vectorises; a call per 4 KiB block costs nothing.
+
+template <typename Codec, typename Op>
+__attribute__((noinline)) void firstTerm(typename Codec::Acc* __restrict acc, const typename Codec::Storage* __restrict src, size_t n,
+               const Op& op) {
+  if constexpr (Codec::kHalf) {
+    widenHalfBlock(acc, src, n);
+    for (size_t i = 0; i < n; ++i) acc[i] = op.pre(acc[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) acc[i] = op.pre(Codec::widen(src[i]));
+  }
+}
+
+template <typename Codec, typename Op>
+__attribute__((noinline)) void nextTerm(typename Codec::Acc* __restrict acc, const typename Codec::Storage* __restrict src, size_t n,
+              const Op& op) {
+  using A = typename Codec::Acc;
+  if constexpr (Codec::kHalf) {
+    alignas(64) A term[kBlockBytes / sizeof(A)];
+    widenHalfBlock(term, src, n);
+    for (size_t i = 0; i < n; ++i) acc[i] = op.combine(acc[i], op.pre(term[i]));
+  } else {
+    for (size_t i = 0; i < n; ++i) acc[i] = op.combine(acc[i], op.pre(Codec::widen(src[i])));
+  }
+}
+
+template <typename Codec, typename Op>
+__attribute__((noinline)) void lastStep(typename Codec::Storage* __restrict out, typename Codec::Acc* __restrict acc, size_t n,
+              const Op& op) {
+  if constexpr (Codec::kHalf) {
+    for (size_t i = 0; i < n; ++i) acc[i] = op.post(acc[i]);
+    narrowHalfBlock(out, acc, n);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = Codec::narrow(op.post(acc[i]));
+  }
+}
+
+template <typename Codec, typename Op>
+void reduceKernel(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count) {
+  using S = typename Codec::Storage;
+  using A = typename Codec::Acc;
+  constexpr size_t kBlock = kBlockBytes / sizeof(A);
+  alignas(64) A acc[kBlock];
+  const Op op(args);
+  S* dst = static_cast<S*>(out);
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t n = count - base < kBlock ? count - base : kBlock;
+    firstTerm<Codec>(acc, static_cast<const S*>(srcs[0]) + base, n, op);
+    for (int s = 1; s < nsrc; ++s) nextTerm<Codec>(acc, static_cast<const S*>(srcs[s]) + base, n, op);
+    lastStep<Codec>(dst + base, acc, n, op);
+  }
+}
+
+// ---- Copy. ----
+
+#if defined(__AVX2__)
+// dst is read next by another process (a shared-memory slot). Non-temporal stores skip the read-for-ownership of
+// lines the readers still hold and do not leave dst dirty in this core's cache, where a reader on another core
+// would have to snoop it out. The sfence orders the streamed stores before the caller's release store that
+// publishes them.
+inline void streamCopy(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  // Streaming stores need 32-byte aligned destinations; copy the head up to a cache-line boundary normally.
+  const size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
+  std::memcpy(d, s, head);
+  size_t i = head;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  }
+  _mm_sfence();
+  std::memcpy(d + i, s + i, bytes - i);
+}
+#endif
+
+// Measured on the dev VM (2 vCPUs of an AMD EPYC, Zen 3, AVX2, 32 MiB L3; /tmp copy-then-read benchmark, one core
+// copies a chunk into one of 4 slots, the other core then reads it, variants interleaved per iteration, GB/s =
+// bytes / mean time of copy + read; the host moves the two vCPUs between near (~90 ns one-way) and far
+// (~250-380 ns) core pairs every few hundred ms, and the means include both):
+//   chunk           16K   64K  256K    1M    4M
+//   memcpy, cold    3.1   2.2   2.6   2.5   2.9    (source streamed from a 256 MiB buffer)
+//   stream, cold    8.6   6.8   6.3   5.7   4.7
+//   memcpy, hot     3.0   1.6   2.1   2.2   4.3    (source in cache)
+//   stream, hot    10.9   3.3   4.6   4.9   8.7
+// At 8K streaming already wins (7.5 vs 2.5), at 2-4K it does not reliably. When the same core reads dst next,
+// memcpy wins instead (e.g. 256K hot: 20.7 vs 9.9; cold: 12.4 vs 9.8), hence copyBytesCached. rep movsb and an
+// AVX2 loop with normal stores measured the same as memcpy. The AVX-512 level uses the same 256-bit loop: it
+// could not be measured here, and the copy is bound by memory, not by vector width.
+inline void copyKernel(void* dst, const void* src, size_t bytes) {
+#if defined(__AVX2__)
+  if (bytes >= kStreamCopyMinBytes) {
+    streamCopy(dst, src, bytes);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+// ---- The table. ----
+
+constexpr int opIndex(RedOp op) { return static_cast<int>(op); }
+
+template <typename Codec, template <typename> class Op>
+constexpr ReduceFn kernelFor() {
+  return &reduceKernel<Codec, Op<typename Codec::Acc>>;
+}
+
+template <typename Codec>
+constexpr void addFloating(KernelTable& t, DType dtype) {
+  ReduceFn* row = t.reduce[static_cast<int>(dtype)];
+  row[opIndex(RedOp::kSum)] = kernelFor<Codec, SumOp>();
+  row[opIndex(RedOp::kAvg)] = kernelFor<Codec, AvgOp>();
+  row[opIndex(RedOp::kProduct)] = kernelFor<Codec, ProductOp>();
+  row[opIndex(RedOp::kMin)] = kernelFor<Codec, MinOp>();
+  row[opIndex(RedOp::kMax)] = kernelFor<Codec, MaxOp>();
+  row[opIndex(RedOp::kPremulSum)] = kernelFor<Codec, PremulSumOp>();
+}
+
+// Wrapping ops accumulate in the unsigned twin, MIN/MAX in the type itself, AVG in double or (int64) in 64 bits.
+template <typename S>
+constexpr void addInteger(KernelTable& t, DType dtype) {
+  using Wrap = PlainCodec<S, std::make_unsigned_t<S>>;
+  using Self = PlainCodec<S, S>;
+  using Avg = std::conditional_t<sizeof(S) == 8, Int64AvgCodec,
+                                 SmallIntAvgCodec<S, std::conditional_t<sizeof(S) == 1, float, double>>>;
+  ReduceFn* row = t.reduce[static_cast<int>(dtype)];
+  row[opIndex(RedOp::kSum)] = kernelFor<Wrap, SumOp>();
+  row[opIndex(RedOp::kAvg)] = kernelFor<Avg, AvgOp>();
+  row[opIndex(RedOp::kProduct)] = kernelFor<Wrap, ProductOp>();
+  row[opIndex(RedOp::kMin)] = kernelFor<Self, MinOp>();
+  row[opIndex(RedOp::kMax)] = kernelFor<Self, MaxOp>();
+  row[opIndex(RedOp::kBand)] = kernelFor<Wrap, BandOp>();
+  row[opIndex(RedOp::kBor)] = kernelFor<Wrap, BorOp>();
+  row[opIndex(RedOp::kBxor)] = kernelFor<Wrap, BxorOp>();
+}
+
+// Bool: SUM and MAX are logical or, PRODUCT and MIN logical and.
+constexpr void addBool(KernelTable& t) {
+  ReduceFn* row = t.reduce[static_cast<int>(DType::kBool)];
+  row[opIndex(RedOp::kSum)] = kernelFor<BoolCodec, BorOp>();
+  row[opIndex(RedOp::kProduct)] = kernelFor<BoolCodec, BandOp>();
+  row[opIndex(RedOp::kMin)] = kernelFor<BoolCodec, BandOp>();
+  row[opIndex(RedOp::kMax)] = kernelFor<BoolCodec, BorOp>();
+  row[opIndex(RedOp::kBand)] = kernelFor<BoolCodec, BandOp>();
+  row[opIndex(RedOp::kBor)] = kernelFor<BoolCodec, BorOp>();
+  row[opIndex(RedOp::kBxor)] = kernelFor<BoolCodec, BxorOp>();
+}
+
+constexpr KernelTable buildKernelTable() {
+  KernelTable t{};
+  addFloating<PlainCodec<float, float>>(t, DType::kFloat32);
+  addFloating<PlainCodec<double, double>>(t, DType::kFloat64);
+  addFloating<HalfCodec>(t, DType::kFloat16);
+  addFloating<BFloat16Codec>(t, DType::kBFloat16);
+  addInteger<int8_t>(t, DType::kInt8);
+  addInteger<uint8_t>(t, DType::kUInt8);
+  addInteger<int32_t>(t, DType::kInt32);
+  addInteger<int64_t>(t, DType::kInt64);
+  addBool(t);
+  t.copy = &copyKernel;
+  t.compress[0] = &compressKernel<true>;
+  t.compress[1] = &compressKernel<false>;
+  t.decompress[0] = &decompressKernel<true>;
+  t.decompress[1] = &decompressKernel<false>;
+  return t;
+}
+
+}  // namespace
+}  // namespace tunedist::shm::kernels

@@ -1,0 +1,50 @@
+// gather: every rank writes its chunk into its slot, the root copies the peers' chunks out. gatherTo is shared
+// with all_gather (root -1).
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "shm/comm.h"
+
+namespace tunedist::shm {
+
+void ShmComm::gather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
+  TD_CHECK(root >= 0 && root < size_, "tunedist: gather (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
+           " is outside the group of ", size_);
+  gatherTo(ctx, in, bytes, outs, root);
+}
+
+void ShmComm::gatherTo(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
+  const bool all = root < 0;
+  OpCode op = all ? OpCode::kAllgather : OpCode::kGather;
+  runOp(ctx, makeDesc(op, ctx.seq, bytes, root), [&] {
+    const bool receive = all || rank_ == root;
+    const char* src = static_cast<const char*>(in);
+    const size_t chunk = options_.slotBytes;
+    for (size_t off = 0; off < bytes || off == 0; off += chunk) {
+      const size_t n = std::min(chunk, bytes - off);
+      int b = beginRound(ctx);
+      if (all || rank_ != root) {
+        copyBytes(slot(rank_, b), src + off, n);
+      }
+      // Step 1/1: our slot holds bytes [off, off+n) of our input.
+      waitAll(ctx, publish(ctx));
+      if (receive) {
+        for (int p = 0; p < size_; ++p) {
+          if (p != rank_) {
+            copyBytes(static_cast<char*>(outs[p]) + off, slot(p, b), n);
+          }
+        }
+      }
+      releaseBuffer(b);
+      if (bytes == 0) {
+        break;
+      }
+    }
+    if (receive) {
+      copyOwn(outs[rank_], in, bytes);
+    }
+  });
+}
+
+}  // namespace tunedist::shm

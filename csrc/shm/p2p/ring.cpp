@@ -1,0 +1,196 @@
+#include "shm/p2p/ring.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+#include "core/sync.h"
+
+#ifndef TUNEDIST_BUILD_ID
+#define TUNEDIST_BUILD_ID 0ULL
+#endif
+
+namespace tunedist::shm {
+
+std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, const char* shmDir) {
+  ShmSegment segment = ShmSegment::create("p", p2pSegmentBytes(dataBytes), shmDir);
+  auto* header = new (segment.data()) P2pRingHeader();
+  header->magic = kP2pRingMagic;
+  header->buildId = TUNEDIST_BUILD_ID;
+  header->version = kP2pVersion;
+  header->srcRank = src;
+  header->dstRank = dst;
+  header->dataBytes = dataBytes;
+  header->dataOffset = p2pDataOffset();
+  ProcessIdentity me = ProcessIdentity::self();
+  header->senderPid = me.pid;
+  header->senderPidNamespace = me.pidNamespace;
+  header->senderStartTime = me.startTime;
+  // The receiver reads these fields only after it found the name, which we publish after this returns.
+  std::unique_ptr<P2pRing> ring(new P2pRing(std::move(segment), true));
+  return ring;
+}
+
+std::unique_ptr<P2pRing> P2pRing::open(const std::string& name, int src, int dst, size_t dataBytes) {
+  bool notFound = false;
+  ShmSegment segment = ShmSegment::open(name, p2pSegmentBytes(dataBytes), &notFound);
+  if (!segment.valid()) {
+    return nullptr;
+  }
+  auto* header = static_cast<P2pRingHeader*>(segment.data());
+  TD_CHECK(header->magic == kP2pRingMagic && header->version == kP2pVersion, "tunedist: p2p channel ", name,
+           " from rank ", src, " has magic ", std::hex, header->magic, std::dec, " version ", header->version,
+           "; expected version ", kP2pVersion, ": ranks run different tunedist versions");
+  TD_CHECK(header->buildId == TUNEDIST_BUILD_ID, "tunedist: rank ", dst, " runs tunedist build ", std::hex,
+           TUNEDIST_BUILD_ID, " but rank ", src, " runs build ", header->buildId, std::dec,
+           ": install the same build on every rank");
+  TD_CHECK(header->srcRank == src && header->dstRank == dst && header->dataBytes == dataBytes &&
+               header->dataOffset == p2pDataOffset(),
+           "tunedist: p2p channel ", name, " is for ranks ", header->srcRank, " -> ", header->dstRank, " with ",
+           header->dataBytes, " data bytes; expected ", src, " -> ", dst, " with ", dataBytes,
+           " (ranks disagree on p2pChannelBytes, or two groups share a store prefix)");
+  std::unique_ptr<P2pRing> ring(new P2pRing(std::move(segment), false));
+  ProcessIdentity me = ProcessIdentity::self();
+  header->receiverPid = me.pid;
+  header->receiverPidNamespace = me.pidNamespace;
+  header->receiverStartTime = me.startTime;
+  // Release: a sender that sees attached == 1 sees our identity.
+  header->receiverAttached.store(1, std::memory_order_seq_cst);
+  ring->notify();
+  // Both sides have it mapped: drop the name so a crash of either leaves nothing behind.
+  ring->segment_.unlink();
+  return ring;
+}
+
+P2pRing::P2pRing(ShmSegment segment, bool isSender)
+    : segment_(std::move(segment)),
+      header_(static_cast<P2pRingHeader*>(segment_.data())),
+      data_(static_cast<char*>(segment_.data()) + p2pDataOffset()),
+      capacity_(header_->dataBytes),
+      isSender_(isSender) {}
+
+void P2pRing::write(uint64_t pos, const void* buf, size_t n) {
+  if (buf == nullptr || n == 0) {
+    return;
+  }
+  size_t off = size_t(pos % capacity_);
+  size_t first = std::min<size_t>(n, capacity_ - off);
+  std::memcpy(data_ + off, buf, first);
+  if (first < n) {
+    std::memcpy(data_, static_cast<const char*>(buf) + first, n - first);
+  }
+}
+
+void P2pRing::read(uint64_t pos, void* buf, size_t n) const {
+  if (n == 0) {
+    return;
+  }
+  size_t off = size_t(pos % capacity_);
+  size_t first = std::min<size_t>(n, capacity_ - off);
+  std::memcpy(buf, data_ + off, first);
+  if (first < n) {
+    std::memcpy(static_cast<char*>(buf) + first, data_, n - first);
+  }
+}
+
+void P2pRing::publishCursor(uint64_t value) {
+  // Release (seq_cst for the sleepers handshake in notify): the bytes before `value` are written (head) or are
+  // free to overwrite (tail).
+  (isSender_ ? header_->head : header_->tail).store(value, std::memory_order_seq_cst);
+  notify();
+}
+
+void P2pRing::notify() {
+  if (header_->sleepers.load(std::memory_order_seq_cst) > 0) {
+    header_->bell.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(&header_->bell);
+  }
+}
+
+std::atomic<uint64_t>& P2pRing::ownBeat() const { return isSender_ ? header_->senderBeat : header_->receiverBeat; }
+
+void P2pRing::markClosed() {
+  // The peer fails what it waits on from us, once it has drained what we wrote.
+  (isSender_ ? header_->senderClosed : header_->receiverClosed).store(1, std::memory_order_seq_cst);
+  notify();
+}
+
+P2pRing::PeerState P2pRing::peerState(Clock::time_point now, std::chrono::milliseconds deadAfter,
+                                      std::string* reason) {
+  const P2pRingHeader& h = *header_;
+  if ((isSender_ ? h.receiverClosed : h.senderClosed).load(std::memory_order_acquire) != 0) {
+    *reason = "closed its point-to-point channel (its process group was destroyed or aborted)";
+    return PeerState::kClosed;
+  }
+  if (isSender_ && h.receiverAttached.load(std::memory_order_acquire) == 0) {
+    return PeerState::kUnknown;
+  }
+  uint64_t beat = (isSender_ ? h.receiverBeat : h.senderBeat).load(std::memory_order_acquire);
+  if (!beatSeen_ || beat != lastBeat_) {
+    beatSeen_ = true;
+    lastBeat_ = beat;
+    lastBeatChange_ = now;
+  }
+  ProcessIdentity who = isSender_ ? ProcessIdentity{h.receiverPid, h.receiverPidNamespace, h.receiverStartTime}
+                                  : ProcessIdentity{h.senderPid, h.senderPidNamespace, h.senderStartTime};
+  if (processCertainlyGone(who)) {
+    *reason = detail::str("is dead: its process (pid ", who.pid, ") has exited");
+    return PeerState::kDead;
+  }
+  auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_);
+  if (silent > deadAfter) {
+    *reason = detail::str("is dead: its heartbeat (pid ", who.pid, ") stopped ", silent.count(), " ms ago");
+    return PeerState::kDead;
+  }
+  return PeerState::kAlive;
+}
+
+void futexWaitAny(const std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>>& words,
+                  std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
+                  bool* supported) {
+  TD_ASSERT(!words.empty());
+  auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) {
+    return;
+  }
+#if defined(SYS_futex_waitv) && defined(FUTEX_WAITV_MAX)
+  if (*supported && words.size() > 1 && words.size() <= FUTEX_WAITV_MAX) {
+    struct futex_waitv waiters[FUTEX_WAITV_MAX];
+    std::memset(waiters, 0, sizeof(waiters));
+    for (size_t i = 0; i < words.size(); ++i) {
+      waiters[i].val = words[i].second;
+      waiters[i].uaddr = reinterpret_cast<uintptr_t>(words[i].first);
+      // Not FUTEX_PRIVATE_FLAG: the rings' bells are shared with other processes.
+      waiters[i].flags = FUTEX_32;
+    }
+    struct timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)left.count() * 1000;
+    ts.tv_sec += time_t(ns / 1000000000LL);
+    ts.tv_nsec = long(ns % 1000000000LL);
+    long rc = syscall(SYS_futex_waitv, waiters, (unsigned)words.size(), 0u, &ts, CLOCK_MONOTONIC);
+    if (rc >= 0 || (errno != ENOSYS && errno != EPERM)) {
+      // Woken, a value already differed (EAGAIN), a signal or the timeout: the caller re-checks everything.
+      return;
+    }
+    // An old kernel or a seccomp filter without futex_waitv: poll the other words from now on.
+    *supported = false;
+  }
+#else
+  *supported = false;
+#endif
+  auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(left + std::chrono::microseconds(999));
+  if (words.size() > 1) {
+    slice = std::min(slice, fallbackSlice);
+  }
+  futexWait(words[0].first, words[0].second, std::max(slice, std::chrono::milliseconds(1)));
+}
+
+}  // namespace tunedist::shm

@@ -1,0 +1,79 @@
+// P2pRing: this process's view of one point-to-point ring (see p2p_layout.h), as the sender or the receiver.
+// It owns the mapping (ShmSegment) and knows how to copy bytes in and out of the circular data region, how to wake
+// the peer, and whether the peer is still there. It keeps no protocol state beyond that: the engine does.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shm/p2p/layout.h"
+#include "shm/segment.h"
+
+namespace tunedist::shm {
+
+class P2pRing {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Sender: creates and initialises a ring for src -> dst with `dataBytes` of data, stamped with our identity.
+  static std::unique_ptr<P2pRing> create(int src, int dst, size_t dataBytes, const char* shmDir);
+  // Receiver: maps the ring `name` announced by src, checks it, stamps our identity, marks us attached and
+  // unlinks the name (both sides have it mapped now, so nothing can leak). Returns null when the name does not
+  // exist (a stale announcement or a sender that is already gone).
+  static std::unique_ptr<P2pRing> open(const std::string& name, int src, int dst, size_t dataBytes);
+
+  P2pRing(const P2pRing&) = delete;
+  P2pRing& operator=(const P2pRing&) = delete;
+
+  P2pRingHeader& header() const { return *header_; }
+  const std::string& name() const { return segment_.name(); }
+  uint64_t capacity() const { return capacity_; }
+  bool isSender() const { return isSender_; }
+
+  // Copies `n` bytes between the data region at ring position `pos` (a byte count, taken modulo the capacity)
+  // and `buf`, in two pieces when the range wraps. Null `buf` with write() leaves the bytes as they are (padding).
+  void write(uint64_t pos, const void* buf, size_t n);
+  void read(uint64_t pos, void* buf, size_t n) const;
+
+  // Publishes our cursor (head for the sender, tail for the receiver) and wakes a sleeping peer.
+  void publishCursor(uint64_t value);
+  // Wakes whoever sleeps on the bell, if anybody does. Call after any store the peer may be waiting for.
+  void notify();
+
+  // Our heartbeat counter and closed flag in this ring.
+  std::atomic<uint64_t>& ownBeat() const;
+  void markClosed();
+
+  // The peer's state as seen from our side: closed, dead (process gone, or heartbeat silent for deadAfter), or
+  // unknown (a receiver that has not attached yet). `reason` says which, for error messages.
+  enum class PeerState { kAlive, kUnknown, kClosed, kDead };
+  PeerState peerState(Clock::time_point now, std::chrono::milliseconds deadAfter, std::string* reason);
+
+ private:
+  P2pRing(ShmSegment segment, bool isSender);
+  void startLiveness();
+
+  ShmSegment segment_;
+  P2pRingHeader* header_ = nullptr;
+  char* data_ = nullptr;
+  uint64_t capacity_ = 0;
+  bool isSender_ = false;
+  // Liveness bookkeeping of the peer's heartbeat (engine thread only).
+  bool beatSeen_ = false;
+  uint64_t lastBeat_ = 0;
+  Clock::time_point lastBeatChange_;
+};
+
+// Sleeps until one of `words` differs from its expected value, somebody wakes it, or `deadline` passes. Uses
+// futex_waitv (Linux 5.16+); where the kernel (or a seccomp policy) refuses it, sleeps on the first word only
+// with slices of at most `fallbackSlice`, so the others are polled. `supported` carries that finding across calls.
+void futexWaitAny(const std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>>& words,
+                  std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
+                  bool* supported);
+
+}  // namespace tunedist::shm
