@@ -1,47 +1,28 @@
 #include "core/options.h"
 
-#include <cerrno>
-#include <cstdlib>
-#include <string>
-
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tunedist::shm {
-namespace {
-
-bool readEnvInt(const char* name, long long* out) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') {
-    return false;
-  }
-  char* end = nullptr;
-  errno = 0;
-  long long parsed = std::strtoll(v, &end, 10);
-  TD_CHECK(errno == 0 && end != nullptr && *end == '\0' && parsed >= 0, "tunedist: environment variable ", name,
-           "='", v, "' is not a non-negative integer");
-  *out = parsed;
-  return true;
-}
-
-}  // namespace
-
 ShmOptions ShmOptions::fromEnv() {
   ShmOptions o;
-  long long v = 0;
-  if (readEnvInt("TUNEDIST_SLOT_BYTES", &v)) {
-    o.slotBytes = size_t(v);
+  if (auto v = envNonNegativeInt("TUNEDIST_SLOT_BYTES")) {
+    o.slotBytes = size_t(*v);
   }
-  if (readEnvInt("TUNEDIST_ONESHOT_MAX_BYTES", &v)) {
-    o.oneShotMaxBytes = size_t(v);
+  if (auto v = envNonNegativeInt("TUNEDIST_ONESHOT_MAX_BYTES")) {
+    o.oneShotMaxBytes = size_t(*v);
   }
-  if (readEnvInt("TUNEDIST_SPIN_ITERS", &v)) {
-    o.spinIters = int(v);
+  if (auto v = envNonNegativeInt("TUNEDIST_SPIN_ITERS")) {
+    o.spinIters = int(*v);
   }
-  if (readEnvInt("TUNEDIST_DEAD_AFTER_MS", &v)) {
-    o.deadAfter = std::chrono::milliseconds(v);
+  if (auto v = envNonNegativeInt("TUNEDIST_DEAD_AFTER_MS")) {
+    o.deadAfter = std::chrono::milliseconds(*v);
   }
-  if (readEnvInt("TUNEDIST_HEARTBEAT_MS", &v)) {
-    o.heartbeatPeriod = std::chrono::milliseconds(v);
+  if (auto v = envNonNegativeInt("TUNEDIST_HEARTBEAT_MS")) {
+    o.heartbeatPeriod = std::chrono::milliseconds(*v);
+  }
+  if (auto v = envNonNegativeInt("TUNEDIST_SWEEP_MIN_AGE_S")) {
+    o.sweepMinAge = std::chrono::seconds(*v);
   }
   o.validate();
   return o;
@@ -58,6 +39,20 @@ void ShmOptions::validate() const {
   TD_CHECK(deadAfter >= 2 * heartbeatPeriod, "tunedist: deadAfter (", deadAfter.count(),
            " ms) must be at least twice the heartbeat period (", heartbeatPeriod.count(), " ms)");
   TD_CHECK(sleepSlice.count() > 0, "tunedist: sleepSlice must be positive");
+}
+
+CrossHostOptions CrossHostOptions::fromEnv() {
+  CrossHostOptions o;
+  if (auto v = envNonNegativeInt("TUNEDIST_CROSS_HOST_CHUNK_BYTES")) {
+    o.chunkBytes = size_t(*v);
+  }
+  o.validate();
+  return o;
+}
+
+void CrossHostOptions::validate() const {
+  TD_CHECK(chunkBytes >= 4096, "tunedist: the cross-host chunk (TUNEDIST_CROSS_HOST_CHUNK_BYTES) must be at least ",
+           "4096 bytes, got ", chunkBytes);
 }
 
 }  // namespace tunedist::shm

@@ -16,6 +16,7 @@ struct ShmOptions {
   static constexpr std::chrono::milliseconds kDefaultHeartbeatPeriod{100};
   static constexpr std::chrono::milliseconds kDefaultDeadAfter{1000};
   static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
+  static constexpr std::chrono::seconds kDefaultSweepMinAge{30};
 
   // Bytes of one data slot. Each rank owns kNumBuffers slots (double buffering), so a group of P ranks reserves
   // about P * 2 * slotBytes of shared memory (plus control pages) at its first collective.
@@ -36,10 +37,25 @@ struct ShmOptions {
   std::chrono::milliseconds sleepSlice = kDefaultSleepSlice;
   // Directory that holds POSIX shared memory (for the start-up sweep and the free-space message).
   const char* shmDir = "/dev/shm";
+  // The start-up sweep removes only names of dead jobs at least this old: a younger one may belong to a job that
+  // is still attaching.
+  std::chrono::seconds sweepMinAge = kDefaultSweepMinAge;
 
   // Defaults overridden by TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS,
-  // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS where set.
+  // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S where set.
   static ShmOptions fromEnv();
+  // Throws tunedist::Error when a value is out of range.
+  void validate() const;
+};
+
+// Tunables of a group that spans several hosts (backend/engine/hier).
+struct CrossHostOptions {
+  static constexpr size_t kDefaultChunkBytes = size_t(8) << 20;
+  // Bytes of the buffer per pipeline chunk of the hierarchical all-reduce: gloo carries chunk k between hosts while
+  // shared memory reduces chunk k+1 (TUNEDIST_CROSS_HOST_CHUNK_BYTES).
+  size_t chunkBytes = kDefaultChunkBytes;
+
+  static CrossHostOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.
   void validate() const;
 };

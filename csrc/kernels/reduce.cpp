@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/kernel_table_impl.h"
 
@@ -42,8 +43,9 @@ void checkCpuSupports(SimdLevel level, const char* source) {
 
 // TUNEDIST_SIMD parsed, or kNotForced when unset or empty. Throws for a value that is not a level.
 int readEnvLevel() {
-  const char* value = std::getenv("TUNEDIST_SIMD");
-  if (value == nullptr || *value == '\0') return kNotForced;
+  const auto env = envString("TUNEDIST_SIMD");
+  if (!env) return kNotForced;
+  const char* value = env->c_str();
   for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (std::strcmp(value, simdLevelName(level)) == 0) {
       checkCpuSupports(level, ("TUNEDIST_SIMD=" + std::string(value)).c_str());

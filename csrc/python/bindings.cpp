@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/tuned_backend.h"
 #include "python/hooks_bindings.h"
 #include "tunedist/tunedist.h"
 #include "kernels/reduce.h"
@@ -162,7 +162,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "reserved_shm_bytes",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
-        return tunedBackend(backend, "reserved_shm_bytes").reservedShmBytes();
+        return tunedBackend(backend, "reserved_shm_bytes").cpu().reservedShmBytes();
       },
       py::arg("backend"));
   m.def("nccl_build_info", [] {
@@ -186,13 +186,14 @@ PYBIND11_MODULE(_C, m) {
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
         auto& tuned = tunedBackend(backend, "host_layout");
         py::gil_scoped_release release;
-        return tuned.hostLayout(std::chrono::steady_clock::now() + tuned.effectiveTimeout({})).hosts;
+        auto& cpu = tuned.cpu();
+        return cpu.hostLayout(std::chrono::steady_clock::now() + cpu.effectiveTimeout(c10d::kUnsetTimeout)).hosts;
       },
       py::arg("backend"), "The group's hosts as lists of group ranks (found at the first operation).");
   m.def(
       "cross_host_stats",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
-        auto s = tunedBackend(backend, "cross_host_stats").crossHostStats();
+        auto s = tunedBackend(backend, "cross_host_stats").cpu().crossHostStats();
         py::dict d;
         d["data_bytes"] = s.dataBytes;
         d["meta_bytes"] = s.metaBytes;

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/store_keys.h"
 #include "core/sync.h"
@@ -73,11 +74,10 @@ size_t ShmComm::sliceElems(size_t count, size_t elemSize) const {
 
 StallPoint StallPoint::fromEnv() {
   StallPoint s;
-  const char* v = std::getenv("TUNEDIST_TEST_STALL");
-  if (v != nullptr && *v != '\0') {
+  if (auto v = envString("TUNEDIST_TEST_STALL")) {
     unsigned long long seq = 0;
-    int n = std::sscanf(v, "%d:%llu:%d:%d", &s.rank, &seq, &s.step, &s.stallMs);
-    TD_CHECK(n == 4, "tunedist: TUNEDIST_TEST_STALL='", v, "' must be rank:seq:step:milliseconds");
+    int n = std::sscanf(v->c_str(), "%d:%llu:%d:%d", &s.rank, &seq, &s.step, &s.stallMs);
+    TD_CHECK(n == 4, "tunedist: TUNEDIST_TEST_STALL='", *v, "' must be rank:seq:step:milliseconds");
     s.seq = seq;
   }
   return s;
@@ -127,7 +127,7 @@ void ShmComm::ensureAttached(const OpContext& ctx) {
 }
 
 void ShmComm::createSegment(const OpContext& ctx) {
-  segment_ = ShmSegment::create("g", geometry_.totalBytes, options_.shmDir);
+  segment_ = ShmSegment::create("g", geometry_.totalBytes, options_.shmDir, options_.sweepMinAge);
   auto* base = static_cast<char*>(segment_.data());
   header_ = new (base) SegmentHeader();
   header_->magic = kSegmentMagic;

@@ -64,15 +64,12 @@ std::string ShmSegment::userPrefix() {
   return detail::str("tunedist_", getuid(), "_");
 }
 
-ShmSegment ShmSegment::create(const std::string& tag, size_t bytes, const char* shmDir) {
+ShmSegment ShmSegment::create(const std::string& tag, size_t bytes, const char* shmDir,
+                              std::chrono::seconds sweepMinAge) {
   TD_ASSERT(bytes > 0);
   // Names of dead jobs first, so a crashed predecessor does not eat this job's room. Only names at least
-  // TUNEDIST_SWEEP_MIN_AGE_S (30) seconds old: a younger one may belong to a job that is still attaching.
-  long minAge = 30;
-  if (const char* v = std::getenv("TUNEDIST_SWEEP_MIN_AGE_S"); v != nullptr && *v != '\0') {
-    minAge = std::strtol(v, nullptr, 10);
-  }
-  sweepStale(shmDir, std::chrono::seconds(minAge));
+  // sweepMinAge old (ShmOptions::sweepMinAge): a younger one may belong to a job that is still attaching.
+  sweepStale(shmDir, sweepMinAge);
   std::string name = "/" + userPrefix() + tag + "_" + randomHex(16);
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   TD_CHECK(fd >= 0, "tunedist: cannot create shared memory ", name, ": ", std::strerror(errno));

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <string>
 
+#include "core/options.h"
+
 namespace tunedist::shm {
 
 // `bytes` random bytes from getrandom(), as lowercase hex.
@@ -22,8 +24,10 @@ class ShmSegment {
   static std::string userPrefix();
 
   // Creates a fresh segment of `bytes`, reserving every page up front (posix_fallocate) so a full /dev/shm is an
-  // error here rather than a SIGBUS later. `tag` becomes part of the name (letters, digits and '_' only).
-  static ShmSegment create(const std::string& tag, size_t bytes, const char* shmDir);
+  // error here rather than a SIGBUS later. `tag` becomes part of the name (letters, digits and '_' only). First
+  // removes the names of dead jobs at least `sweepMinAge` old (sweepStale).
+  static ShmSegment create(const std::string& tag, size_t bytes, const char* shmDir,
+                           std::chrono::seconds sweepMinAge = ShmOptions::kDefaultSweepMinAge);
   // Opens and maps a segment another rank created; checks its size is `bytes`. If the name does not exist and
   // `notFound` is given, sets *notFound and returns an invalid segment instead of throwing.
   static ShmSegment open(const std::string& name, size_t bytes, bool* notFound = nullptr);

@@ -57,8 +57,12 @@ std::string openProbe(const std::string& text, int creator) {
 
 }  // namespace
 
-HostDiscovery::HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const char* shmDir)
-    : rendezvous_(std::move(rendezvous)), rank_(rank), size_(size), shmDir_(shmDir) {}
+HostDiscovery::HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
+    : rendezvous_(std::move(rendezvous)),
+      rank_(rank),
+      size_(size),
+      shmDir_(options.shmDir),
+      sweepMinAge_(options.sweepMinAge) {}
 
 void HostDiscovery::publish(const HostKey& key) { rendezvous_->set(kHostKeyPrefix + std::to_string(rank_), encodeKey(key)); }
 
@@ -122,7 +126,7 @@ void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline)
   std::string token;
   std::string outcome = kVerdictOk;
   if (shared && layout.localRankOf[size_t(rank_)] == 0) {
-    probe = ShmSegment::create("probe", kProbeBytes, shmDir_);
+    probe = ShmSegment::create("probe", kProbeBytes, shmDir_, sweepMinAge_);
     token = randomHex(kTokenBytes);
     std::memcpy(probe.data(), token.data(), token.size());
     rendezvous_->set(kHostProbePrefix + std::to_string(rank_), probe.name() + "\n" + token);

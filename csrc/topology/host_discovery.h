@@ -1,7 +1,7 @@
 // HostDiscovery: finds, through the group's rendezvous, which ranks share a host, and verifies it.
 //
 // Protocol (keys are per group: the backend's rendezvous sits on the group's PrefixStore):
-//   1. publish() (at group creation, never blocks): rank r writes its HostKey to "tunedist_host/<r>".
+//   1. publish() (at group creation, never blocks): rank r writes its HostKey to keys::kHostKeyPrefix + r.
 //   2. proposeLayout() (lazily, at the group's first operation): reads every rank's key and groups them
 //      (groupRanksByHost). Touches no shared memory, so point-to-point calls can use it without the whole group.
 //   3. verify() (at the group's first collective, on every rank): the first rank of each proposed host creates a
@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "shm/comm.h"
+#include "core/options.h"
+#include "core/rendezvous.h"
 #include "topology/host_topology.h"
 
 namespace tunedist::shm {
@@ -25,7 +26,7 @@ class HostDiscovery {
  public:
   using Clock = std::chrono::steady_clock;
 
-  HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const char* shmDir);
+  HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options);
 
   void publish(const HostKey& key);
   HostLayout proposeLayout(Clock::time_point deadline);
@@ -40,6 +41,7 @@ class HostDiscovery {
   const int rank_;
   const int size_;
   const char* shmDir_;
+  const std::chrono::seconds sweepMinAge_;
 };
 
 }  // namespace tunedist::shm

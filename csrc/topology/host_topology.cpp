@@ -10,6 +10,7 @@
 #include <map>
 #include <utility>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tunedist::shm {
@@ -25,8 +26,7 @@ std::string shareableMemoryFingerprint(const char* shmDir) {
 }
 
 std::string hostLabelFromEnv() {
-  const char* v = std::getenv("TUNEDIST_HOST_ID");
-  return v == nullptr ? std::string() : std::string(v);
+  return envString("TUNEDIST_HOST_ID").value_or(std::string());
 }
 
 std::string ranksText(const std::vector<int>& ranks) {

@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 
+#include "tunedist/tunedist.h"
+
 namespace tunedist {
 
 // Facts about the NCCL side of this build, for logs and tests.
@@ -34,7 +36,7 @@ class NcclSide {
   using CreatedHook = std::function<void(int rank, int size)>;
 
   struct Options {
-    std::chrono::milliseconds timeout{30 * 60 * 1000};
+    std::chrono::milliseconds timeout = kDefaultTimeout;
     CreatedHook onCreated;
     // The store prefix of the NCCL side within the group's store.
     std::string storePrefix = "tuned-nccl/";

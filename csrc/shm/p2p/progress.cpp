@@ -146,7 +146,7 @@ bool P2pEngine::Impl::pumpSends(Clock::time_point now) {
 
 bool P2pEngine::Impl::createOutRing(int dst, OutChannel& ch) {
   try {
-    ch.ring = P2pRing::create(rank_, dst, options_.p2pChannelBytes, options_.shmDir);
+    ch.ring = P2pRing::create(rank_, dst, options_.p2pChannelBytes, options_.shmDir, options_.sweepMinAge);
     // Step 1: announce the ring; the receiver maps it when it first wants our messages.
     rendezvous_->set(p2pRingKey(rank_, dst), ch.ring->name());
   } catch (const std::exception& e) {

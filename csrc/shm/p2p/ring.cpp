@@ -19,8 +19,9 @@
 
 namespace tunedist::shm {
 
-std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, const char* shmDir) {
-  ShmSegment segment = ShmSegment::create("p", p2pSegmentBytes(dataBytes), shmDir);
+std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, const char* shmDir,
+                                         std::chrono::seconds sweepMinAge) {
+  ShmSegment segment = ShmSegment::create("p", p2pSegmentBytes(dataBytes), shmDir, sweepMinAge);
   auto* header = new (segment.data()) P2pRingHeader();
   header->magic = kP2pRingMagic;
   header->buildId = TUNEDIST_BUILD_ID;

@@ -21,7 +21,8 @@ class P2pRing {
   using Clock = std::chrono::steady_clock;
 
   // Sender: creates and initialises a ring for src -> dst with `dataBytes` of data, stamped with our identity.
-  static std::unique_ptr<P2pRing> create(int src, int dst, size_t dataBytes, const char* shmDir);
+  static std::unique_ptr<P2pRing> create(int src, int dst, size_t dataBytes, const char* shmDir,
+                                         std::chrono::seconds sweepMinAge);
   // Receiver: maps the ring `name` announced by src, checks it, stamps our identity, marks us attached and
   // unlinks the name (both sides have it mapped now, so nothing can leak). Returns null when the name does not
   // exist (a stale announcement or a sender that is already gone).

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/tuned_backend.h"
 
 namespace {
 

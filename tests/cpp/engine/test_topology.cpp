@@ -142,7 +142,7 @@ std::vector<std::exception_ptr> discover(const std::shared_ptr<Rendezvous>& rdv,
   out.assign(size_t(size), HostLayout{});
   const std::string fp = shm::shareableMemoryFingerprint("/dev/shm");
   return spawn(size, [&](int r) {
-    shm::HostDiscovery d(rdv, r, size, "/dev/shm");
+    shm::HostDiscovery d(rdv, r, size, shm::ShmOptions{});
     d.publish(HostKey{labels[size_t(r)], fp});
     auto deadline = Clock::now() + kOpTimeout;
     out[size_t(r)] = d.proposeLayout(deadline);

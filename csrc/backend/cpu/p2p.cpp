@@ -1,15 +1,19 @@
-// send, recv and recvAnysource: the c10d entry points of the point-to-point engine (shm::P2pEngine).
+// send, recv and recvAnysource: the c10d entry points of the point-to-point engines (shm::P2pEngine for peers on
+// this host, hier::CrossHostP2p over gloo for peers on other hosts).
 //
-// Unlike the collectives these do not go through launch() and the worker thread: the engine's own progress thread
-// moves the bytes, and the Work completes from its Done callback. So a blocked receive never holds up the
-// collectives queued behind it, and sends and receives to different peers (batch_isend_irecv) run concurrently.
-// Sequence numbers: point-to-point operations are not ordered across the group, so they take their own per-backend
-// counter (nextP2pSeq), separate from the collectives' group sequence.
+// Unlike the collectives these do not go through the executor: the engine's own progress thread moves the bytes,
+// and the Work completes from its Done callback. So a blocked receive never holds up the collectives queued behind
+// it, and sends and receives to different peers (batch_isend_irecv) run concurrently.
+// Sequence numbers: point-to-point operations are not ordered across the group, so they take their own counter
+// (p2pSeq_), separate from the collectives' group sequence.
 // Caller errors throw without failing the group, unlike the collectives' guardCall: no peer is inside an
 // operation with this rank yet, and a bad send must not make the collectives of the whole group unusable.
 #include <c10/util/Exception.h>
 
-#include "backend/ops/common.h"
+#include "backend/cpu/checks.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/engine/hier/p2p.h"
+#include "shm/p2p/engine.h"
 
 namespace tunedist {
 namespace {
@@ -19,12 +23,11 @@ constexpr const char* kRecv = "recv";
 
 // Runs `checks`; rethrows a failure with the op, rank and group size in front.
 template <typename F>
-void checkP2pCall(const TunedBackend& backend, const char* op, F&& checks) {
+void checkP2pCall(int rank, int size, const char* op, F&& checks) {
   try {
     checks();
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "tunedist: ", op, " on rank ", backend.rank(), " of ", backend.size(), ": ",
-                e.what_without_backtrace());
+    TORCH_CHECK(false, "tunedist: ", op, " on rank ", rank, " of ", size, ": ", e.what_without_backtrace());
   }
 }
 
@@ -41,8 +44,7 @@ void checkPeer(int peer, int rank, int size, const char* op, const char* role) {
 
 // Completes `work` from the engine's callback; `finish` (may be empty) runs first on success, e.g. to copy a
 // staged receive back into the caller's tensor.
-shm::P2pEngine::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource,
-                                std::function<void()> finish) {
+shm::P2pEngine::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish) {
   return [work = std::move(work), setSource, finish = std::move(finish)](std::exception_ptr error, int peer) {
     if (error == nullptr && finish) {
       try {
@@ -74,64 +76,46 @@ void post(const c10::intrusive_ptr<TunedWork>& work, F&& start) {
   }
 }
 
-// The engine's rank for group rank `peer` (its position on this host). A peer on another host goes through
-// gloo (hier/p2p.cpp) and returns -1; for any source that is refused when the group spans hosts.
-int enginePeer(TunedBackend& backend, int peer, const char* op) {
-  const auto deadline = std::chrono::steady_clock::now() + backend.effectiveTimeout(std::chrono::milliseconds(0));
-  backend.hostLayout(deadline);
-  if (peer < 0) {
-    TORCH_CHECK(backend.crossHost() == nullptr, "tunedist: ", op, " from any source on rank ", backend.rank(),
-                ": this group spans several hosts, where a receive must name its source rank");
-    return -1;
-  }
-  return backend.localPeer(peer);
-}
+}  // namespace
 
 // Posts a receive of `t` from srcRank (-1: any source).
-c10::intrusive_ptr<c10d::Work> startRecv(TunedBackend& backend, const at::Tensor& t, int srcRank, int tag) {
+c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int srcRank, int tag) {
   // Received into the caller's memory when it is contiguous; otherwise into a contiguous buffer copied back on
   // completion (on the engine's thread, before the Work completes).
   at::Tensor staged =
       t.is_contiguous() ? t : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
-  const auto timeout = backend.effectiveTimeout(std::chrono::milliseconds(0));
+  const auto timeout = effectiveTimeout(c10d::kUnsetTimeout);
   const bool any = srcRank < 0;
   const std::vector<at::Tensor> tensors{t};
-  auto work = c10::make_intrusive<TunedWork>(backend.rank(), any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
-                                             any ? "tuned:recv_anysource" : "tuned:recv", backend.nextP2pSeq(),
-                                             tensors, std::optional<std::vector<at::Tensor>>(tensors), timeout);
-  backend.trackWork(work);
+  auto work = c10::make_intrusive<TunedWork>(rank_, any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
+                                             any ? "tuned:recv_anysource" : "tuned:recv", ++p2pSeq_, tensors,
+                                             std::optional<std::vector<at::Tensor>>(tensors), timeout);
+  executor_->trackWork(work);
   std::function<void()> copyBack;
   if (!staged.is_same(t)) {
     copyBack = [t, staged]() mutable { t.copy_(staged); };
   } else {
     copyBack = [staged] {};  // keeps the tensor's storage alive until the bytes are in
   }
-  const int local = enginePeer(backend, srcRank, kRecv);
+  const int local = enginePeer(srcRank, kRecv);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (srcRank >= 0 && local < 0) {
-    post(work, [&] {
-      backend.crossP2p().irecv(srcRank, tag, staged, deadline, completion(work, true, std::move(copyBack)));
-    });
+    post(work, [&] { crossP2p().irecv(srcRank, tag, staged, deadline, completion(work, true, std::move(copyBack))); });
     return work;
   }
   // The engine reports its own positions: name the group rank instead.
   auto done = completion(work, true, std::move(copyBack));
   post(work, [&] {
-    backend.p2p().irecv(local, tag, staged.data_ptr(), ops::tensorBytes(staged), deadline,
-                        [&backend, done](std::exception_ptr error, int peer) {
-                          done(std::move(error), peer < 0 ? peer : backend.groupRankOnHost(peer));
-                        });
+    p2p_->irecv(local, tag, staged.data_ptr(), ops::tensorBytes(staged), deadline,
+                [this, done](std::exception_ptr error, int peer) {
+                  done(std::move(error), peer < 0 ? peer : groupRankOnHost(peer));
+                });
   });
   return work;
 }
 
-}  // namespace
-
-c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  if (auto* nccl = cudaSideP2p(kSend, tensors)) {
-    return nccl->send(tensors, dstRank, tag);
-  }
-  checkP2pCall(*this, kSend, [&] {
+c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  checkP2pCall(rank_, size_, kSend, [&] {
     checkTensors(tensors, kSend);
     checkPeer(dstRank, rank_, size_, kSend, "destination");
   });
@@ -139,13 +123,13 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tenso
   // Sent from the caller's memory when it is contiguous (the caller must leave it alone until the Work
   // completes, as with every backend); otherwise from a contiguous copy made now.
   at::Tensor staged = ops::staged(t.resolve_conj().resolve_neg());
-  const auto timeout = effectiveTimeout(std::chrono::milliseconds(0));
-  auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::SEND, "tuned:send", nextP2pSeq(),
+  const auto timeout = effectiveTimeout(c10d::kUnsetTimeout);
+  auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::SEND, "tuned:send", ++p2pSeq_,
                                              std::vector<at::Tensor>{t},
                                              std::optional<std::vector<at::Tensor>>(tensors), timeout);
-  trackWork(work);
+  executor_->trackWork(work);
   // The callback holds `staged`, so a copy lives until its bytes are out.
-  const int local = enginePeer(*this, dstRank, kSend);
+  const int local = enginePeer(dstRank, kSend);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (local < 0) {
     post(work, [&] { crossP2p().isend(dstRank, tag, staged, deadline, completion(work, false, [staged] {})); });
@@ -158,23 +142,17 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tenso
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  if (auto* nccl = cudaSideP2p(kRecv, tensors)) {
-    return nccl->recv(tensors, srcRank, tag);
-  }
-  checkP2pCall(*this, kRecv, [&] {
+c10::intrusive_ptr<c10d::Work> CpuBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  checkP2pCall(rank_, size_, kRecv, [&] {
     checkTensors(tensors, kRecv);
     checkPeer(srcRank, rank_, size_, kRecv, "source");
   });
-  return startRecv(*this, tensors[0], srcRank, tag);
+  return startRecv(tensors[0], srcRank, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  if (auto* nccl = cudaSideP2p(kRecv, tensors)) {
-    return nccl->recvAnysource(tensors, tag);
-  }
-  checkP2pCall(*this, "recv (any source)", [&] { checkTensors(tensors, kRecv); });
-  return startRecv(*this, tensors[0], -1, tag);
+c10::intrusive_ptr<c10d::Work> CpuBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  checkP2pCall(rank_, size_, "recv (any source)", [&] { checkTensors(tensors, kRecv); });
+  return startRecv(tensors[0], -1, tag);
 }
 
 }  // namespace tunedist

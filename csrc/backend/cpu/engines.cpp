@@ -1,15 +1,20 @@
-// TunedBackend: finding the group's hosts and making its engines (see backend.h, "Hosts").
+// CpuBackend: finding the group's hosts and making its engines (see cpu_backend.h, "Hosts").
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/engine/hier/hier_host.h"
+#include "backend/engine/hier/p2p.h"
+#include "backend/engine/one_host.h"
 #include "backend/store_rendezvous.h"
 #include "core/store_keys.h"
 #include "shm/layout.h"
+#include "shm/p2p/engine.h"
+#include "topology/host_discovery.h"
 
 namespace tunedist {
 
-const shm::HostLayout& TunedBackend::hostLayout(std::chrono::steady_clock::time_point deadline) {
+const shm::HostLayout& CpuBackend::hostLayout(std::chrono::steady_clock::time_point deadline) {
   if (layoutReady_.load(std::memory_order_acquire)) {
     return *layout_;
   }
@@ -20,21 +25,20 @@ const shm::HostLayout& TunedBackend::hostLayout(std::chrono::steady_clock::time_
     layout_ = std::move(layout);
     layoutReady_.store(true, std::memory_order_release);
     if (!pendingAbort_.empty()) {
-      comm_->abort(pendingAbort_);
+      engine_->abort(pendingAbort_);
       p2p_->abort(pendingAbort_);
-      if (cross_) {
-        cross_->fail(pendingAbort_);
-      }
     }
   }
   return *layout_;
 }
 
-void TunedBackend::makeEngines(const shm::HostLayout& layout) {
+// The one place that chooses the engine: OneHost when every rank shares this host, HierHost otherwise.
+void CpuBackend::makeEngines(const shm::HostLayout& layout) {
+  const Options options = this->options();
   if (layout.oneHost()) {
-    // Exactly the one-host engines of before: every rank, the group's own store keys.
-    comm_ = std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options_.shm);
-    p2p_ = std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options_.shm);
+    // Every rank, the group's own store keys.
+    engine_ = std::make_unique<OneHost>(std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options.shm));
+    p2p_ = std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options.shm);
     return;
   }
   const int host = layout.hostOf[size_t(rank_)];
@@ -42,12 +46,14 @@ void TunedBackend::makeEngines(const shm::HostLayout& layout) {
   const int localSize = int(layout.hosts[size_t(host)].size());
   auto hostStore = c10::make_intrusive<c10d::PrefixStore>(keys::hostPrefix(host), store_);
   auto hostRendezvous = std::make_shared<StoreRendezvous>(hostStore);
-  comm_ = std::make_unique<shm::ShmComm>(hostRendezvous, local, localSize, options_.shm);
-  p2p_ = std::make_unique<shm::P2pEngine>(hostRendezvous, local, localSize, options_.shm);
-  cross_ = std::make_shared<CrossHost>(store_, rank_, layout, options_.glooFactory, options_.timeout);
+  cross_ = std::make_shared<CrossHost>(store_, rank_, layout, options.glooFactory, options.timeout);
+  engine_ = std::make_unique<HierHost>(cross_,
+                                       std::make_unique<shm::ShmComm>(hostRendezvous, local, localSize, options.shm),
+                                       options.crossHost);
+  p2p_ = std::make_unique<shm::P2pEngine>(hostRendezvous, local, localSize, options.shm);
 }
 
-void TunedBackend::prepareCollective(const shm::OpContext& ctx) {
+void CpuBackend::prepareCollective(const shm::OpContext& ctx) {
   if (verified_) {
     return;
   }
@@ -70,7 +76,7 @@ void TunedBackend::prepareCollective(const shm::OpContext& ctx) {
   verified_ = true;
 }
 
-void TunedBackend::abortEngines(const std::string& reason) {
+void CpuBackend::abortEngines(const std::string& reason) {
   std::lock_guard<std::mutex> lock(topoMutex_);
   if (!layoutReady_.load()) {
     if (pendingAbort_.empty()) {
@@ -78,41 +84,39 @@ void TunedBackend::abortEngines(const std::string& reason) {
     }
     return;
   }
-  comm_->abort(reason);
+  engine_->abort(reason);
   p2p_->abort(reason);
-  if (cross_) {
-    cross_->fail(reason);
-  }
 }
 
-size_t TunedBackend::reservedShmBytes() const {
+size_t CpuBackend::reservedShmBytes() const {
   if (layoutReady_.load(std::memory_order_acquire)) {
-    return comm_->reservedBytes();
+    return engine_->reservedShmBytes();
   }
   return shm::SegmentGeometry(size_, options_.shm.slotBytes).totalBytes;
 }
 
-int TunedBackend::localPeer(int peer) const {
-  const auto& layout = *layout_;
+int CpuBackend::enginePeer(int peer, const char* op) {
+  const auto& layout = hostLayout(std::chrono::steady_clock::now() + effectiveTimeout(c10d::kUnsetTimeout));
+  if (peer < 0) {
+    TORCH_CHECK(layout.oneHost(), "tunedist: ", op, " from any source on rank ", rank_,
+                ": this group spans several hosts, where a receive must name its source rank");
+    return -1;
+  }
   return layout.hostOf[size_t(peer)] == layout.hostOf[size_t(rank_)] ? layout.localRankOf[size_t(peer)] : -1;
 }
 
-int TunedBackend::groupRankOnHost(int local) const {
+int CpuBackend::groupRankOnHost(int local) const {
   const auto& layout = *layout_;
   return layout.rankAt(layout.hostOf[size_t(rank_)], local);
 }
 
-hier::CrossHostP2p& TunedBackend::crossP2p() {
+hier::CrossHostP2p& CpuBackend::crossP2p() {
   std::lock_guard<std::mutex> lock(topoMutex_);
   TORCH_INTERNAL_ASSERT(cross_ != nullptr);
   if (!crossP2p_) {
     crossP2p_ = std::make_unique<hier::CrossHostP2p>(cross_);
   }
   return *crossP2p_;
-}
-
-void TunedBackend::runHier(const shm::OpContext& ctx, const std::function<void()>& body) {
-  runCrossHost(*cross_, ctx, [this](const std::string& why) { comm_->abort(why); }, body);
 }
 
 }  // namespace tunedist

@@ -17,7 +17,7 @@
 #include <memory>
 #include <mutex>
 
-#include "backend/hier/cross_host.h"
+#include "backend/engine/hier/cross_host.h"
 #include "shm/p2p/engine.h"
 
 namespace tunedist::hier {

@@ -23,44 +23,19 @@
 // Every rank of a host runs the same sequence of shared-memory operations, and every member of a gloo group
 // launches its operations in the same (chunk, span) order, so the chunking changes neither the agreement above
 // nor the deadlock argument of step 3 (creation in ascending (chunk, span) order). Chunk size:
-// TUNEDIST_CROSS_HOST_CHUNK_BYTES (default 8 MiB); full chunks hold a multiple of every host's size, so only the
-// last chunk can have a tail.
+// CrossHostOptions::chunkBytes (TUNEDIST_CROSS_HOST_CHUNK_BYTES, default 8 MiB); full chunks hold a multiple of
+// every host's size, so only the last chunk can have a tail.
 // AVG is reduced as SUM and divided by the group size after step 3; PREMUL_SUM applies its factor in step 2.
 // Float results are not bit-identical to the one-host path (host partials are rounded once per host).
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
-#include "backend/hier/hier_ops.h"
+#include "backend/engine/hier/ops.h"
 #include "topology/host_topology.h"
 
 namespace tunedist::hier {
 namespace {
-
-struct PipelineOptions {
-  static constexpr size_t kDefaultChunkBytes = size_t(8) << 20;
-  // Bytes of the buffer per pipeline chunk (TUNEDIST_CROSS_HOST_CHUNK_BYTES).
-  size_t chunkBytes = kDefaultChunkBytes;
-
-  static const PipelineOptions& fromEnv() {
-    static const PipelineOptions options = [] {
-      PipelineOptions o;
-      const char* v = std::getenv("TUNEDIST_CROSS_HOST_CHUNK_BYTES");
-      if (v != nullptr && *v != '\0') {
-        char* end = nullptr;
-        errno = 0;
-        const long long parsed = std::strtoll(v, &end, 10);
-        TORCH_CHECK(errno == 0 && *end == '\0' && parsed >= 4096, "tunedist: TUNEDIST_CROSS_HOST_CHUNK_BYTES='", v,
-                    "' must be a whole number of bytes, at least 4096");
-        o.chunkBytes = size_t(parsed);
-      }
-      return o;
-    }();
-    return options;
-  }
-};
 
 // One chunk [begin, end) of the flat buffer in flight between hosts: its slicing, the gloo operations launched
 // on its owned spans, and those spans.
@@ -192,7 +167,7 @@ void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
     flat.mul_(args.factor);  // a host of one rank: its term still gets the factor
   }
   // Steps 2-4, pipelined chunk by chunk (see the top of this file).
-  auto chunks = pipelineChunks(count, c.x.layout().hostSizes(), PipelineOptions::fromEnv().chunkBytes / es);
+  auto chunks = pipelineChunks(count, c.x.layout().hostSizes(), c.options.chunkBytes / es);
   Chunk* previous = nullptr;
   for (auto& k : chunks) {
     k.slicing = shm::HostSlicing::of(k.end - k.begin, c.x.localSize());

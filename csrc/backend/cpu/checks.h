@@ -1,5 +1,5 @@
-// Helpers shared by the collective entry points: dtype and reduce-op translation, tensor checks, contiguous
-// staging, and the guard that turns a local caller error into a group-wide failure.
+// Helpers shared by the CPU side's entry points: dtype and reduce-op translation, tensor checks and contiguous
+// staging.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "kernels/reduce.h"
 #include "core/types.h"
 
@@ -19,6 +18,8 @@ shm::DType reduceDType(at::ScalarType type, const char* op);
 // ReduceOp (with its PREMUL_SUM factor) to the engine's arguments for `worldSize` ranks; throws if unsupported.
 shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize, const char* opName);
 
+// A root rank inside the group; throws naming the op.
+void checkRoot(int64_t root, int size, const char* op);
 // A dense CPU tensor; throws naming the op and what was wrong.
 void checkCpuDense(const at::Tensor& t, const char* op, const char* what);
 // Same dtype and element count as `ref`; throws naming both.
@@ -37,18 +38,6 @@ inline at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t
 inline void copyBack(const at::Tensor& t, const at::Tensor& s) {
   if (!t.is_same(s)) {
     t.copy_(s);
-  }
-}
-
-// Runs `checks`; if one throws, fails the group through backend.rejectCall (so peers do not wait) and rethrows.
-template <typename F>
-void guardCall(TunedBackend& backend, const char* op, F&& checks) {
-  try {
-    checks();
-  } catch (const c10::Error& e) {
-    backend.rejectCall(op, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    backend.rejectCall(op, e.what());
   }
 }
 

@@ -1,7 +1,8 @@
 // The cross-host algorithms of the `tuned` backend: what each collective does when its group spans several
-// hosts (CrossHost). Each takes contiguous staged tensors and runs on the backend's worker inside runCrossHost,
-// so any failure reaches every rank of every host. The hot path is hierAllreduce (hier/allreduce.cpp); the other
-// operations use simpler schemes (hier/collectives.cpp), correct for any layout of hosts.
+// hosts (CrossHost), one file each in this folder; gloo.cpp holds the helpers they share. Each takes contiguous
+// staged tensors and runs on the CPU side's executor inside runCrossHost (HierHost), so any failure reaches every
+// rank of every host. The hot path is all_reduce (allreduce.cpp); the other operations use simpler schemes,
+// correct for any layout of hosts.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,7 +10,8 @@
 
 #include <vector>
 
-#include "backend/hier/cross_host.h"
+#include "backend/engine/hier/cross_host.h"
+#include "core/options.h"
 #include "shm/comm.h"
 #include "core/types.h"
 
@@ -20,6 +22,7 @@ struct Ctx {
   CrossHost& x;
   shm::ShmComm& comm;
   const shm::OpContext& op;
+  const shm::CrossHostOptions& options;
 };
 
 // The gloo form of a reduction: bools travel as uint8 (logical ops as MAX/MIN/BXOR), AVG and PREMUL_SUM as SUM
@@ -38,18 +41,35 @@ const std::vector<const char*>& describeFields();
 // next step already waits for the leader in shared memory. Ops where other ranks hand data to gloo then agree
 // among everyone as well.
 void agreeAmongLeaders(Ctx c, const std::vector<int64_t>& desc, bool holdLocalRanks = true);
+// The agreement of every op but all_reduce and all_to_all: the leaders first (agreeAmongLeaders), then all ranks.
+void agreeEverywhere(Ctx c, const std::vector<int64_t>& desc);
+// Flat gloo views of one block per rank: an all_gather's outputs, a gather or scatter root's blocks.
+std::vector<at::Tensor> flatGlooViews(const std::vector<at::Tensor>& blocks);
+int64_t bytesOf(const at::Tensor& t);
+// Gloo options of type Opts whose timeout is what is left of the operation's deadline.
+template <typename Opts>
+Opts withTimeout(Ctx c) {
+  Opts o;
+  o.timeout = c.x.remaining(c.op);
+  return o;
+}
 
 // In place on `t` (contiguous, 1-D view allowed).
 void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args);
 void broadcast(Ctx c, const at::Tensor& t, int root);
+// The result lands in `t` on the root; the other ranks reduce a copy.
+void reduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args, int root);
+// Reduces blocks[p] of every rank into rank p's `out` (contiguous).
+void reduceScatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out, const shm::ReduceArgs& args);
 // `blocks[p]` receives rank p's `in`.
 void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks);
 // `blocks` (size() tensors) on the root only.
 void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, int root);
 void scatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out, int root);
-// Byte counts per peer; sends[p]/recvs[p] point into contiguous byte tensors `src`/`dst`.
-void alltoallv(Ctx c, const at::Tensor& src, const std::vector<int64_t>& sendBytes, const at::Tensor& dst,
-               const std::vector<int64_t>& recvBytes);
+// Sends sendBytes[p] bytes at sends[p] to rank p and receives recvBytes[p] bytes into recvs[p]; every pair's sizes
+// are checked to agree first.
+void alltoallv(Ctx c, const std::vector<const void*>& sends, const std::vector<size_t>& sendBytes,
+               const std::vector<void*>& recvs, const std::vector<size_t>& recvBytes);
 void barrier(Ctx c);
 
 }  // namespace tunedist::hier

@@ -1,5 +1,6 @@
-// all_to_all_single (even and uneven splits), all_to_all (lists) and barrier.
-#include "backend/ops/common.h"
+// all_to_all_single (even and uneven splits) and all_to_all (lists).
+#include "backend/cpu/checks.h"
+#include "backend/cpu/cpu_backend.h"
 
 namespace tunedist {
 namespace {
@@ -25,46 +26,16 @@ std::vector<int64_t> rowSplits(const std::vector<int64_t>& splits, const at::Ten
   return splits;
 }
 
-// Across hosts the blocks travel as bytes: packed into one buffer per direction for gloo's all_to_all.
-void alltoallAcrossHosts(TunedBackend& backend, const shm::OpContext& ctx, const std::vector<const void*>& sends,
-                         const std::vector<size_t>& sendBytes, const std::vector<void*>& recvs,
-                         const std::vector<size_t>& recvBytes) {
-  std::vector<int64_t> sendSplits(sendBytes.begin(), sendBytes.end());
-  std::vector<int64_t> recvSplits(recvBytes.begin(), recvBytes.end());
-  int64_t sendTotal = 0;
-  int64_t recvTotal = 0;
-  for (size_t p = 0; p < sends.size(); ++p) {
-    sendTotal += sendSplits[p];
-    recvTotal += recvSplits[p];
-  }
-  at::Tensor src = at::empty({sendTotal}, at::kByte);
-  at::Tensor dst = at::empty({recvTotal}, at::kByte);
-  int64_t off = 0;
-  for (size_t p = 0; p < sends.size(); ++p) {
-    shm::copyBytes(src.data_ptr<uint8_t>() + off, sends[p], sendBytes[p]);
-    off += sendSplits[p];
-  }
-  hier::alltoallv(backend.hierCtx(ctx), src, sendSplits, dst, recvSplits);
-  off = 0;
-  for (size_t p = 0; p < recvs.size(); ++p) {
-    shm::copyBytes(recvs[p], dst.data_ptr<uint8_t>() + off, recvBytes[p]);
-    off += recvSplits[p];
-  }
-}
-
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
-                                                           std::vector<int64_t>& outputSplitSizes,
-                                                           std::vector<int64_t>& inputSplitSizes,
-                                                           const c10d::AllToAllOptions& opts) {
+c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                         std::vector<int64_t>& outputSplitSizes,
+                                                         std::vector<int64_t>& inputSplitSizes,
+                                                         const c10d::AllToAllOptions& opts) {
   constexpr const char* kOp = "all_to_all_single";
-  if (auto* nccl = cudaSide(kOp, output, input)) {
-    return nccl->alltoall_base(output, input, outputSplitSizes, inputSplitSizes, opts);
-  }
   std::vector<int64_t> outRows;
   std::vector<int64_t> inRows;
-  ops::guardCall(*this, kOp, [&] {
+  guardCall(kOp, [&] {
     ops::checkCpuDense(input, kOp, "the input");
     ops::checkCpuDense(output, kOp, "the output");
     TORCH_CHECK(input.scalar_type() == output.scalar_type(), kOp, ": output dtype ", output.scalar_type(),
@@ -74,8 +45,10 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, a
   });
   at::Tensor out = output;
   at::Tensor in = input;
+  const int size = size_;
   return launch(c10d::OpType::ALLTOALL_BASE, "tuned:all_to_all_single", {out}, {in}, opts.asyncOp, opts.timeout,
-                ops::tensorBytes(in), [this, out, in, outRows, inRows](const shm::OpContext& ctx) {
+                ops::tensorBytes(in),
+                [out, in, outRows, inRows, size](HostCollectives& engine, const shm::OpContext& ctx) {
                   at::Tensor src = ops::overlaps(in, out) ? in.contiguous().clone() : ops::staged(in);
                   at::Tensor dst = ops::staged(out);
                   const size_t inRowBytes = src.dim() == 0 || src.size(0) == 0
@@ -90,7 +63,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, a
                   std::vector<size_t> recvBytes;
                   size_t inOff = 0;
                   size_t outOff = 0;
-                  for (int p = 0; p < size_; ++p) {
+                  for (int p = 0; p < size; ++p) {
                     sends.push_back(static_cast<const char*>(src.data_ptr()) + inOff);
                     recvs.push_back(static_cast<char*>(dst.data_ptr()) + outOff);
                     sendBytes.push_back(size_t(inRows[p]) * inRowBytes);
@@ -98,23 +71,15 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, a
                     inOff += sendBytes.back();
                     outOff += recvBytes.back();
                   }
-                  if (cross_) {
-                    runHier(ctx, [&] { alltoallAcrossHosts(*this, ctx, sends, sendBytes, recvs, recvBytes); });
-                  } else {
-                    comm_->alltoallv(ctx, sends.data(), sendBytes.data(), recvs.data(), recvBytes.data());
-                  }
+                  engine.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
                   ops::copyBack(out, dst);
                 });
 }
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& outputs,
-                                                      std::vector<at::Tensor>& inputs,
-                                                      const c10d::AllToAllOptions& opts) {
+c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                    const c10d::AllToAllOptions& opts) {
   constexpr const char* kOp = "all_to_all";
-  if (auto* nccl = cudaSide(kOp, outputs, inputs)) {
-    return nccl->alltoall(outputs, inputs, opts);
-  }
-  ops::guardCall(*this, kOp, [&] {
+  guardCall(kOp, [&] {
     TORCH_CHECK(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), kOp, ": expects ", size_,
                 " inputs and outputs, got ", inputs.size(), " and ", outputs.size());
     for (int p = 0; p < size_; ++p) {
@@ -130,15 +95,16 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
   for (const auto& t : ins) {
     bytes += ops::tensorBytes(t);
   }
+  const int size = size_;
   return launch(c10d::OpType::ALLTOALL, "tuned:all_to_all", outs, ins, opts.asyncOp, opts.timeout, bytes,
-                [this, outs, ins](const shm::OpContext& ctx) {
+                [outs, ins, size](HostCollectives& engine, const shm::OpContext& ctx) {
                   std::vector<at::Tensor> src;
                   std::vector<at::Tensor> dst;
                   std::vector<const void*> sends;
                   std::vector<void*> recvs;
                   std::vector<size_t> sendBytes;
                   std::vector<size_t> recvBytes;
-                  for (int p = 0; p < size_; ++p) {
+                  for (int p = 0; p < size; ++p) {
                     bool clash = false;
                     for (const auto& o : outs) {
                       clash = clash || ops::overlaps(ins[p], o);
@@ -150,27 +116,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
                     sendBytes.push_back(ops::tensorBytes(src.back()));
                     recvBytes.push_back(ops::tensorBytes(dst.back()));
                   }
-                  if (cross_) {
-                    runHier(ctx, [&] { alltoallAcrossHosts(*this, ctx, sends, sendBytes, recvs, recvBytes); });
-                  } else {
-                    comm_->alltoallv(ctx, sends.data(), sendBytes.data(), recvs.data(), recvBytes.data());
-                  }
-                  for (int p = 0; p < size_; ++p) {
+                  engine.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
+                  for (int p = 0; p < size; ++p) {
                     ops::copyBack(outs[p], dst[p]);
-                  }
-                });
-}
-
-c10::intrusive_ptr<c10d::Work> TunedBackend::barrier(const c10d::BarrierOptions& opts) {
-  if (auto* nccl = cudaSide("barrier", opts.device)) {
-    return nccl->barrier(opts);
-  }
-  return launch(c10d::OpType::BARRIER, "tuned:barrier", {}, {}, opts.asyncOp, opts.timeout, 0,
-                [this](const shm::OpContext& ctx) {
-                  if (cross_) {
-                    runHier(ctx, [&] { hier::barrier(hierCtx(ctx)); });
-                  } else {
-                    comm_->barrier(ctx);
                   }
                 });
 }

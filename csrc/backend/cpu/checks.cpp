@@ -1,4 +1,4 @@
-#include "backend/ops/common.h"
+#include "backend/cpu/checks.h"
 
 #include <c10/util/Exception.h>
 
@@ -47,6 +47,10 @@ shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int wo
   }
   shm::checkReduceSupported(args.dtype, args.op);
   return args;
+}
+
+void checkRoot(int64_t root, int size, const char* op) {
+  TORCH_CHECK(root >= 0 && root < size, op, ": root ", root, " is outside the group of ", size);
 }
 
 void checkCpuDense(const at::Tensor& t, const char* op, const char* what) {

@@ -1,4 +1,4 @@
-#include "backend/hier/p2p.h"
+#include "backend/engine/hier/p2p.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,4 +1,4 @@
-#include "backend/hier/cross_host.h"
+#include "backend/engine/hier/cross_host.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -62,8 +62,8 @@ CrossHost::CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, shm::HostL
     : store_(std::move(store)), rank_(rank), layout_(std::move(layout)), factory_(std::move(factory)),
       timeout_(timeout) {
   TORCH_CHECK(factory_, "tunedist: rank ", rank_, ": this process group spans ", layout_.numHosts(),
-              " hosts, which needs gloo between hosts, but no gloo factory was given (C++ programs: set "
-              "TunedBackend::Options::glooFactory; Python sets it for you)");
+              " hosts, which needs gloo between hosts, but no gloo factory was given (a group made from C++ with "
+              "tunedist::createBackend must fit on one host; `import tunedist` in Python sets the factory)");
 }
 
 CrossHost::~CrossHost() {
@@ -236,8 +236,11 @@ void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<v
                          shm::ranksText(x.layout().hosts[size_t(x.host())]), "]");
       }
     } else {
-      const bool closed = what.find("onnection") != std::string::npos || what.find("closed") != std::string::npos ||
-                          what.find("reset") != std::string::npos;
+      // Classified by type: gloo's own errors are not c10::Errors (gloo::IoException: a rank on another host died,
+      // closed its connection, or the network failed), nor are the store's network errors other than
+      // c10::DistNetworkError; anything else (a c10::Error from a torch op) is reported as it is.
+      const bool closed =
+          dynamic_cast<const c10::Error*>(&e) == nullptr || dynamic_cast<const c10::DistNetworkError*>(&e) != nullptr;
       full = c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", x.rank(), " of ", x.size(),
                       " (host ", x.host(), " of ", x.layout().numHosts(), "): ",
                       closed ? "a rank on another host is dead or closed its connection: " : "", what);

@@ -1,0 +1,150 @@
+// all_gather (list), all_gather_into_tensor (_allgather_base) and their coalesced forms.
+#include "backend/cpu/checks.h"
+#include "backend/cpu/cpu_backend.h"
+
+namespace tunedist {
+namespace {
+
+// Gathers `in` from every rank into the caller's blocks (one per rank; staged here when not contiguous). See
+// ops::unaliasedSource for an input that is a view into the output.
+void allgatherInto(HostCollectives& engine, const shm::OpContext& ctx, const at::Tensor& in,
+                   const std::vector<at::Tensor>& outs, int rank) {
+  std::vector<at::Tensor> staged;
+  staged.reserve(outs.size());
+  for (const auto& o : outs) {
+    staged.push_back(ops::staged(o));
+  }
+  engine.allgather(ctx, ops::unaliasedSource(ops::staged(in), staged, rank), staged);
+  for (size_t p = 0; p < outs.size(); ++p) {
+    ops::copyBack(outs[p], staged[p]);
+  }
+}
+
+// all_gather_into_tensor: the blocks are consecutive slices of the (staged) output.
+void allgatherBase(HostCollectives& engine, const shm::OpContext& ctx, const at::Tensor& out, const at::Tensor& in,
+                   int rank, int size) {
+  at::Tensor s = ops::staged(out);
+  at::Tensor flat = s.view({-1});
+  std::vector<at::Tensor> blocks;
+  blocks.reserve(size_t(size));
+  for (int p = 0; p < size; ++p) {
+    blocks.push_back(flat.narrow(0, int64_t(p) * in.numel(), in.numel()));
+  }
+  engine.allgather(ctx, ops::unaliasedSource(ops::staged(in), blocks, rank), blocks);
+  ops::copyBack(out, s);
+}
+
+void checkAllgatherBase(const at::Tensor& out, const at::Tensor& in, int size, const char* op) {
+  ops::checkCpuDense(in, op, "the input");
+  ops::checkCpuDense(out, op, "the output");
+  TORCH_CHECK(out.scalar_type() == in.scalar_type(), op, ": output dtype ", out.scalar_type(),
+              " differs from input dtype ", in.scalar_type());
+  TORCH_CHECK(out.numel() == in.numel() * size, op, ": the output has ", out.numel(),
+              " elements; expected input size ", in.numel(), " x group size ", size);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> CpuBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) {
+  constexpr const char* kOp = "all_gather";
+  guardCall(kOp, [&] {
+    TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, kOp, ": expects one input and one output list");
+    TORCH_CHECK(outputs[0].size() == size_t(size_), kOp, ": the output list has ", outputs[0].size(),
+                " tensors for a group of ", size_);
+    ops::checkCpuDense(inputs[0], kOp, "the input");
+    for (const auto& o : outputs[0]) {
+      ops::checkCpuDense(o, kOp, "an output");
+      ops::checkLike(o, inputs[0], kOp, "an output");
+    }
+  });
+  at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs = outputs[0];
+  const int rank = rank_;
+  return launch(c10d::OpType::ALLGATHER, "tuned:all_gather", outs, inputs, opts.asyncOp, opts.timeout,
+                ops::tensorBytes(in) * size_t(size_),
+                [in, outs, rank](HostCollectives& engine, const shm::OpContext& ctx) {
+                  allgatherInto(engine, ctx, in, outs, rank);
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> CpuBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                           const c10d::AllgatherOptions& opts) {
+  constexpr const char* kOp = "all_gather_into_tensor";
+  guardCall(kOp, [&] { checkAllgatherBase(output, input, size_, kOp); });
+  at::Tensor out = output;
+  at::Tensor in = input;
+  const int rank = rank_;
+  const int size = size_;
+  return launch(c10d::OpType::_ALLGATHER_BASE, "tuned:all_gather_into_tensor", {out}, {in}, opts.asyncOp,
+                opts.timeout, ops::tensorBytes(out),
+                [out, in, rank, size](HostCollectives& engine, const shm::OpContext& ctx) {
+                  allgatherBase(engine, ctx, out, in, rank, size);
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> CpuBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                           std::vector<at::Tensor>& inputs,
+                                                                           const c10d::AllgatherOptions& opts) {
+  constexpr const char* kOp = "all_gather_into_tensor_coalesced";
+  size_t bytes = 0;
+  guardCall(kOp, [&] {
+    TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(),
+                " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      checkAllgatherBase(outputs[i], inputs[i], size_, kOp);
+      bytes += ops::tensorBytes(outputs[i]);
+    }
+  });
+  std::vector<at::Tensor> outs = outputs;
+  std::vector<at::Tensor> ins = inputs;
+  const int rank = rank_;
+  const int size = size_;
+  return launch(c10d::OpType::COALESCED, "tuned:all_gather_into_tensor_coalesced", outs, ins, opts.asyncOp,
+                opts.timeout, bytes, [outs, ins, rank, size](HostCollectives& engine, const shm::OpContext& ctx) {
+                  for (size_t i = 0; i < ins.size(); ++i) {
+                    allgatherBase(engine, ctx, outs[i], ins[i], rank, size);
+                  }
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> CpuBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                               std::vector<at::Tensor>& inputs,
+                                                               const c10d::AllgatherOptions& opts) {
+  constexpr const char* kOp = "all_gather_coalesced";
+  size_t bytes = 0;
+  guardCall(kOp, [&] {
+    TORCH_CHECK(outputLists.size() == size_t(size_), kOp, ": expects one output list per rank (", size_,
+                "), got ", outputLists.size());
+    for (const auto& list : outputLists) {
+      TORCH_CHECK(list.size() == inputs.size(), kOp, ": each output list needs ", inputs.size(), " tensors");
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        ops::checkCpuDense(inputs[i], kOp, "an input");
+        ops::checkCpuDense(list[i], kOp, "an output");
+        ops::checkLike(list[i], inputs[i], kOp, "an output");
+        bytes += ops::tensorBytes(list[i]);
+      }
+    }
+  });
+  std::vector<std::vector<at::Tensor>> lists = outputLists;
+  std::vector<at::Tensor> ins = inputs;
+  std::vector<at::Tensor> flatOuts;
+  for (const auto& l : lists) {
+    flatOuts.insert(flatOuts.end(), l.begin(), l.end());
+  }
+  const int rank = rank_;
+  return launch(c10d::OpType::ALLGATHER_COALESCED, "tuned:all_gather_coalesced", flatOuts, ins, opts.asyncOp,
+                opts.timeout, bytes, [lists, ins, rank](HostCollectives& engine, const shm::OpContext& ctx) {
+                  for (size_t i = 0; i < ins.size(); ++i) {
+                    std::vector<at::Tensor> outs;
+                    outs.reserve(lists.size());
+                    for (const auto& l : lists) {
+                      outs.push_back(l[i]);
+                    }
+                    allgatherInto(engine, ctx, ins[i], outs, rank);
+                  }
+                });
+}
+
+}  // namespace tunedist

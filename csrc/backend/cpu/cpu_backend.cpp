@@ -1,0 +1,85 @@
+// CpuBackend: construction, launching collectives on the executor, coalescing, timeouts, abort and shutdown. The
+// collectives themselves live in this folder, one file each; the engines are made in engines.cpp.
+#include "backend/cpu/cpu_backend.h"
+
+#include <c10/util/Exception.h>
+
+#include <utility>
+
+#include "backend/engine/hier/p2p.h"
+#include "backend/store_rendezvous.h"
+#include "shm/p2p/engine.h"
+#include "topology/host_discovery.h"
+
+namespace tunedist {
+
+CpuBackend::CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options)
+    : c10d::Backend(rank, size), store_(store), options_(std::move(options)) {
+  TORCH_CHECK(store_, "tunedist: TunedBackend on rank ", rank, " needs a store");
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for a group of ", size);
+  rendezvous_ = std::make_shared<StoreRendezvous>(store_);
+  // One store write, no waiting: the engines are made at the first operation, once every rank's key is in.
+  discovery_ = std::make_unique<shm::HostDiscovery>(rendezvous_, rank, size, options_.shm);
+  discovery_->publish(shm::HostKey{shm::hostLabelFromEnv(), shm::shareableMemoryFingerprint(options_.shm.shmDir)});
+  executor_ = Executor::start(rank, options_.executor, [this](const shm::OpContext& ctx) { prepareCollective(ctx); });
+}
+
+CpuBackend::~CpuBackend() { shutdown(); }
+
+std::chrono::milliseconds CpuBackend::effectiveTimeout(std::chrono::milliseconds requested) const {
+  if (requested.count() > 0) {
+    return requested;
+  }
+  std::lock_guard<std::mutex> lock(optionsMutex_);
+  return options_.timeout;
+}
+
+void CpuBackend::setTimeout(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(optionsMutex_);
+  options_.timeout = timeout;
+}
+
+CpuBackend::Options CpuBackend::options() const {
+  std::lock_guard<std::mutex> lock(optionsMutex_);
+  return options_;
+}
+
+void CpuBackend::rejectCall(const char* op, const std::string& message) {
+  std::string full = c10::str("tunedist: ", op, " on rank ", rank_, " of ", size_, ": ", message);
+  // Peers may already be waiting for this rank inside the same operation: fail the group so they stop too.
+  try {
+    hostLayout(std::chrono::steady_clock::now() + effectiveTimeout(c10d::kUnsetTimeout));
+  } catch (const std::exception&) {
+    // Without the layout there are no engines to fail; the peers then time out finding the hosts.
+  }
+  abortEngines(full);
+  TORCH_CHECK(false, full);
+}
+
+c10::intrusive_ptr<c10d::Work> CpuBackend::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                                  const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                                  std::chrono::milliseconds timeout, size_t bytes,
+                                                  std::function<void(HostCollectives&, const shm::OpContext&)> body) {
+  // The engine exists once prepareCollective has run, which the executor does before every body.
+  return executor_->launch(type, name, std::move(outputs), inputs, asyncOp, effectiveTimeout(timeout), bytes,
+                           [this, body = std::move(body)](const shm::OpContext& ctx) { body(*engine_, ctx); });
+}
+
+c10::intrusive_ptr<c10d::Work> CpuBackend::endCoalescing() {
+  return executor_->endCoalescing(effectiveTimeout(c10d::kUnsetTimeout));
+}
+
+CrossHostStats CpuBackend::crossHostStats() const {
+  return layoutReady_.load(std::memory_order_acquire) && cross_ ? cross_->stats() : CrossHostStats{};
+}
+
+void CpuBackend::abort() {
+  abortEngines(c10::str("tunedist: rank ", rank_, " aborted the process group"));
+  shutdown();
+}
+
+void CpuBackend::shutdown() { executor_->shutdown(); }
+
+bool CpuBackend::isShutDown() { return executor_->stopped(); }
+
+}  // namespace tunedist

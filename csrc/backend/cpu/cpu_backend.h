@@ -1,0 +1,188 @@
+// CpuBackend: the CPU side of the `tuned` backend. TunedBackend (backend/tuned_backend.h) hands it every call whose
+// tensors are on the CPU. Each collective validates its tensors on the caller's thread, stages non-contiguous ones,
+// and queues one call into the group's HostCollectives engine on the executor; one file per collective in this
+// folder. A caller error on one rank (a bad tensor, say) fails the group, so its peers stop waiting for that rank.
+//
+// Hosts: at creation every rank publishes a HostKey (one store write). At the group's first operation the ranks
+// read each other's keys and group them (HostDiscovery) and make the engines (engines.cpp): on one host a OneHost
+// engine over every rank's shared memory, whose segment every rank must open (that verifies the host); on several
+// hosts a HierHost engine (one ShmComm per host under its own store prefix, gloo between hosts), and the first
+// collective verifies every host with a probe segment before anything else runs. Send and receive bypass the
+// executor: a shared-memory P2pEngine for peers on this host, gloo pairs for peers on other hosts (p2p.cpp).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/engine/hier/cross_host.h"
+#include "backend/engine/host_collectives.h"
+#include "backend/executor.h"
+#include "core/options.h"
+#include "topology/host_topology.h"
+#include "tunedist/tunedist.h"
+
+namespace tunedist {
+
+class StoreRendezvous;
+namespace shm {
+class HostDiscovery;
+class P2pEngine;
+}  // namespace shm
+namespace hier {
+class CrossHostP2p;
+}
+
+class CpuBackend : public c10d::Backend {
+ public:
+  struct Options {
+    std::chrono::milliseconds timeout = kDefaultTimeout;
+    shm::ShmOptions shm = shm::ShmOptions::fromEnv();
+    shm::CrossHostOptions crossHost = shm::CrossHostOptions::fromEnv();
+    Executor::Options executor;
+    // Makes the gloo groups between hosts; only a group that spans several hosts calls it. Python sets it.
+    GlooFactory glooFactory;
+  };
+
+  CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
+  ~CpuBackend() override;
+
+  const std::string getBackendName() const override { return "tuned"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override { executor_->startCoalescing(); }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  // Works recorded by the open coalescing block so far.
+  size_t coalescedCount() { return executor_->coalescedCount(); }
+
+  uint64_t getSequenceNumberForGroup() override { return executor_->lastSeq(); }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  std::chrono::milliseconds effectiveTimeout(std::chrono::milliseconds requested) const;
+  Options options() const;
+  void abort() override;
+  void shutdown() override;
+  // After shutdown() or abort().
+  bool isShutDown();
+
+  // Bytes of shared memory this group reserves at its first collective (on one host; per host when it spans
+  // several, once the group has run an operation).
+  size_t reservedShmBytes() const;
+  // The group's layout of hosts, found at its first operation (blocks until every rank has published its key).
+  const shm::HostLayout& hostLayout(std::chrono::steady_clock::time_point deadline);
+  // Bytes and operations this rank handed to gloo; all zero on one host.
+  CrossHostStats crossHostStats() const;
+
+  // Fails the group with `message` on behalf of a caller error found on this rank before any communication, so
+  // the peers do not wait for us; then throws it. Names the op and rank.
+  [[noreturn]] void rejectCall(const char* op, const std::string& message);
+
+ private:
+  // Runs `checks`; if one throws, fails the group (rejectCall) so peers do not wait, and rethrows.
+  template <typename F>
+  void guardCall(const char* op, F&& checks);
+  // Queues one collective on the executor; `engine` runs it with the engine and the operation's context.
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                        const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                        std::chrono::milliseconds timeout, size_t bytes,
+                                        std::function<void(HostCollectives&, const shm::OpContext&)> body);
+
+  // Engines (engines.cpp).
+  void makeEngines(const shm::HostLayout& layout);
+  // Before a collective: the layout, verified by the probe once per group.
+  void prepareCollective(const shm::OpContext& ctx);
+  // Fails every engine that exists with `reason` (and, once they exist, the ones made later).
+  void abortEngines(const std::string& reason);
+
+  // Point-to-point (p2p.cpp).
+  c10::intrusive_ptr<c10d::Work> startRecv(const at::Tensor& t, int srcRank, int tag);
+  // The P2pEngine's rank for group rank `peer` (its position on this host), or -1 for a peer on another host.
+  int enginePeer(int peer, const char* op);
+  // The group rank at shared-memory position `local` of this rank's host.
+  int groupRankOnHost(int local) const;
+  hier::CrossHostP2p& crossP2p();
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  Options options_;  // timeout under optionsMutex_
+  mutable std::mutex optionsMutex_;
+  std::shared_ptr<StoreRendezvous> rendezvous_;
+  std::unique_ptr<shm::HostDiscovery> discovery_;
+  std::shared_ptr<Executor> executor_;
+
+  std::mutex topoMutex_;
+  std::atomic<bool> layoutReady_{false};
+  std::optional<shm::HostLayout> layout_;  // set once, under topoMutex_
+  bool verified_ = false;                  // collectives' thread only
+  std::string verifyError_;
+  std::string pendingAbort_;  // an abort() before the engines existed, under topoMutex_
+  std::unique_ptr<HostCollectives> engine_;
+  std::shared_ptr<CrossHost> cross_;  // a group that spans several hosts only
+  std::unique_ptr<shm::P2pEngine> p2p_;
+  std::unique_ptr<hier::CrossHostP2p> crossP2p_;  // under topoMutex_
+  std::atomic<uint64_t> p2pSeq_{0};
+};
+
+template <typename F>
+void CpuBackend::guardCall(const char* op, F&& checks) {
+  try {
+    checks();
+  } catch (const c10::Error& e) {
+    rejectCall(op, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    rejectCall(op, e.what());
+  }
+}
+
+}  // namespace tunedist

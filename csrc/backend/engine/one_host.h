@@ -1,0 +1,37 @@
+// OneHost: the HostCollectives of a group whose ranks all share this host: every collective is one call into the
+// shared-memory communicator (shm::ShmComm), on the staged tensors' memory.
+#pragma once
+
+#include <memory>
+
+#include "backend/engine/host_collectives.h"
+
+namespace tunedist {
+
+class OneHost final : public HostCollectives {
+ public:
+  explicit OneHost(std::unique_ptr<shm::ShmComm> comm) : comm_(std::move(comm)) {}
+
+  void allreduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args) override;
+  void broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) override;
+  void reduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args, int root) override;
+  void allgather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) override;
+  void gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
+              int root) override;
+  void scatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+               int root) override;
+  void reduceScatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+                     const shm::ReduceArgs& args) override;
+  void alltoallv(const shm::OpContext& ctx, const std::vector<const void*>& sends,
+                 const std::vector<size_t>& sendBytes, const std::vector<void*>& recvs,
+                 const std::vector<size_t>& recvBytes) override;
+  void barrier(const shm::OpContext& ctx) override;
+
+  void abort(const std::string& reason) override { comm_->abort(reason); }
+  size_t reservedShmBytes() const override { return comm_->reservedBytes(); }
+
+ private:
+  std::unique_ptr<shm::ShmComm> comm_;
+};
+
+}  // namespace tunedist

@@ -1,0 +1,248 @@
+#include "backend/executor.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tunedist {
+
+// Each worker thread holds the executor: a worker that outlives shutdown() (detached because it dropped the last
+// reference to the backend from inside a callback) still finds its executor when the callback returns.
+std::shared_ptr<Executor> Executor::start(int rank, Options options, Prepare prepare) {
+  auto executor = std::make_shared<Executor>(rank, options, std::move(prepare));
+  std::lock_guard<std::mutex> lock(executor->mutex_);
+  executor->worker_ = std::thread([self = executor] { self->workerLoop(); });
+  return executor;
+}
+
+Executor::Executor(int rank, Options options, Prepare prepare)
+    : rank_(rank), options_(options), prepare_(std::move(prepare)) {}
+
+Executor::~Executor() { shutdown(); }
+
+c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                                const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                                std::chrono::milliseconds timeout, size_t bytes, Body body) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  TORCH_CHECK(!stop_, "tunedist: ", name, " on rank ", rank_, ": the process group was shut down or aborted");
+  const uint64_t seq = ++seq_;
+  auto work = c10::make_intrusive<TunedWork>(rank_, type, name, seq, std::move(outputs),
+                                             std::optional<std::vector<at::Tensor>>(inputs), timeout);
+  Item item{work, std::move(body), timeout, name};
+  if (coalescing_) {
+    coalesced_.push_back(work);
+  }
+  const bool onWorker = std::this_thread::get_id() == worker_.get_id();
+  if (!asyncOp && !busy_ && queue_.empty() && !onWorker && bytes <= options_.inlineMaxBytes && !coalescing_) {
+    // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
+    runLocked(item, lock);
+    return work;
+  }
+  if (onWorker) {
+    retireWorkerLocked();
+  } else {
+    // A thread that waits for this Work runs the queue itself while the worker is idle (helpUntil).
+    work->setHelper([weak = weak_from_this()](const TunedWork& w) {
+      if (auto self = weak.lock()) {
+        self->helpUntil(w);
+      }
+    });
+  }
+  queue_.push_back(std::move(item));
+  cv_.notify_all();
+  return work;
+}
+
+// Called with mutex_ held when an operation leaves the engine. Only the worker sleeps on cv_, and it has something
+// to do only if work is queued: waking it otherwise costs a futex wake and a context switch per inline call.
+void Executor::releaseEngineLocked() {
+  busy_ = false;
+  if (!queue_.empty()) {
+    cv_.notify_all();
+  }
+}
+
+// The worker may take the next item first; the waiter then falls back to waiting for its completion.
+void Executor::helpUntil(const TunedWork& work) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!work.finished() && !busy_ && !stop_ && !queue_.empty()) {
+    runNextLocked(lock);
+  }
+}
+
+// Called with mutex_ held (through `lock`), the engine free and the queue non-empty: runs the next operation on
+// this thread (runLocked).
+void Executor::runNextLocked(std::unique_lock<std::mutex>& lock) {
+  Item item = std::move(queue_.front());
+  queue_.pop_front();
+  runLocked(item, lock);
+}
+
+// Called with mutex_ held (through `lock`) and the engine free: runs `item` on this thread, without the lock while it
+// runs and while its callbacks run; returns with the lock held. The engine is released before the callbacks, so the
+// next operation may start (on a replacement worker, see retireWorkerLocked) while this thread runs the callbacks
+// of the finished one.
+void Executor::runLocked(Item& item, std::unique_lock<std::mutex>& lock) {
+  busy_ = true;
+  lock.unlock();
+  std::exception_ptr error = execute(item);
+  lock.lock();
+  releaseEngineLocked();
+  lock.unlock();
+  settle(item, error);
+  lock.lock();
+}
+
+void Executor::workerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    // No polling before sleeping: a spinning worker takes a core from the ranks' compute on a small machine, and a
+    // caller that waits for its Work runs the queue itself (helpUntil) instead of paying for the wake-up.
+    cv_.wait(lock, [this] { return stop_ || (!busy_ && !queue_.empty()); });
+    if (queue_.empty() && stop_) {
+      return;
+    }
+    runNextLocked(lock);
+    if (std::this_thread::get_id() != worker_.get_id()) {
+      return;  // retired while in the callbacks: the replacement owns the queue now
+    }
+  }
+}
+
+// A future callback that runs on the worker thread (Work::getFuture()->then(...)) may issue another collective
+// and wait for it, as torch's PowerSGD hook does. That collective is queued behind nothing, but the only thread
+// that runs the queue is the one blocked in the callback. So the caller's thread stops being the worker: a fresh
+// thread takes over the queue (issue order is kept: it starts with the next queued item), and the old one ends
+// when its callbacks return. This costs a thread start only in that case.
+void Executor::retireWorkerLocked() {
+  retired_.push_back(std::move(worker_));
+  worker_ = std::thread([self = shared_from_this()] { self->workerLoop(); });
+}
+
+std::exception_ptr Executor::execute(Item& item) {
+  // Messages name the op as users call it ("all_reduce"), not by its profiler title ("tuned:all_reduce").
+  const char* opName = std::strncmp(item.name, "tuned:", 6) == 0 ? item.name + 6 : item.name;
+  shm::OpContext ctx{opName, item.work->getSequencenumber(), std::chrono::steady_clock::now() + item.timeout};
+  try {
+    prepare_(ctx);
+    item.body(ctx);
+  } catch (const std::exception&) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+void Executor::settle(Item& item, std::exception_ptr error) {
+  if (error) {
+    item.work->completeWithError(std::move(error));
+  } else {
+    item.work->complete();
+  }
+}
+
+void Executor::trackWork(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (coalescing_) {
+    coalesced_.push_back(work);
+  }
+}
+
+void Executor::startCoalescing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(!coalescing_, "tunedist: startCoalescing on rank ", rank_, ": already coalescing");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+size_t Executor::coalescedCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return coalesced_.size();
+}
+
+bool Executor::coalescing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return coalescing_;
+}
+
+c10::intrusive_ptr<c10d::Work> Executor::endCoalescing(std::chrono::milliseconds timeout) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(coalescing_, "tunedist: endCoalescing on rank ", rank_, " without startCoalescing");
+    coalescing_ = false;
+    works.swap(coalesced_);
+  }
+  if (works.empty()) {
+    // Nothing was coalesced. torch's _abort_process_group wraps abort() in a coalescing block on the accelerator's
+    // backend (this one, for cuda:tuned, even without a GPU), so this runs after shutdown too: a completed Work,
+    // without the worker.
+    auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::COALESCED, "tuned:coalesced", lastSeq(),
+                                               std::vector<at::Tensor>{}, std::nullopt, timeout);
+    work->complete();
+    return work;
+  }
+  // The coalesced operations already run in issue order; one Work that completes when all of them have.
+  std::vector<at::Tensor> outputs;
+  for (auto& w : works) {
+    auto* tw = dynamic_cast<TunedWork*>(w.get());
+    if (tw != nullptr) {
+      outputs.insert(outputs.end(), tw->outputs().begin(), tw->outputs().end());
+    }
+  }
+  return launch(c10d::OpType::COALESCED, "tuned:coalesced", outputs, {}, true, timeout, 0,
+                [works](const shm::OpContext& ctx) {
+                  for (const auto& w : works) {
+                    w->wait(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        ctx.deadline - std::chrono::steady_clock::now()));
+                  }
+                });
+}
+
+bool Executor::stopped() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stop_;
+}
+
+uint64_t Executor::lastSeq() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return seq_;
+}
+
+void Executor::shutdown() {
+  std::vector<std::thread> threads;
+  std::deque<Item> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    cv_.notify_all();
+    threads.swap(retired_);
+    threads.push_back(std::move(worker_));
+    for (const auto& t : threads) {
+      if (t.get_id() == std::this_thread::get_id()) {
+        // A callback on a worker dropped the last reference to the group: no thread will join this one, and what
+        // is still queued would run against a destroyed backend. Fail it instead.
+        orphans.swap(queue_);
+      }
+    }
+  }
+  for (auto& item : orphans) {
+    settle(item, std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
+                                                        ": the process group was destroyed while it was queued"))));
+  }
+  for (auto& t : threads) {
+    if (!t.joinable()) {
+      continue;
+    }
+    // Called from a worker thread itself (a callback that dropped the last reference): it cannot join itself.
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();
+    } else {
+      t.join();
+    }
+  }
+}
+
+}  // namespace tunedist

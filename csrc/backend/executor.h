@@ -1,0 +1,110 @@
+// Executor: runs a group's operations one at a time, in issue order, so that DDP's bucket all-reduces overlap the
+// backward pass while every rank still runs the same sequence.
+//
+//   * launch() takes the next per-group sequence number, wraps the operation in a TunedWork and queues it; one
+//     worker thread runs the queue.
+//   * A synchronous call (async_op=False) with nothing queued runs inline on the caller's thread: no hand-off.
+//   * A thread that waits for a queued Work runs the queue itself while the worker is idle (helpUntil): waking the
+//     worker costs 50-200 us on a virtual machine.
+//   * A future callback on the worker that issues another operation and waits for it (torch's PowerSGD hook does)
+//     would deadlock the queue: the worker then retires and a fresh thread takes over (retireWorkerLocked).
+//   * Inside a coalescing block (startCoalescing .. endCoalescing) every Work is recorded; endCoalescing returns
+//     one Work that completes when all of them have.
+//
+// Every operation runs `prepare` (the CPU side's one-time verification of the group's hosts) before its body.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/work.h"
+#include "shm/comm.h"
+
+namespace tunedist {
+
+class Executor : public std::enable_shared_from_this<Executor> {
+ public:
+  // What one operation runs on the worker (or inline); gets the operation's context with its deadline.
+  using Body = std::function<void(const shm::OpContext&)>;
+  using Prepare = std::function<void(const shm::OpContext&)>;
+
+  struct Options {
+    // Synchronous calls up to this many bytes may run inline on the caller's thread when nothing is queued.
+    size_t inlineMaxBytes = size_t(64) << 20;
+  };
+
+  // Makes an executor and starts its worker thread. Call shutdown() before the objects `prepare` refers to go
+  // away: the worker threads hold the executor until they end.
+  static std::shared_ptr<Executor> start(int rank, Options options, Prepare prepare);
+  // Use start(); public only for std::make_shared.
+  Executor(int rank, Options options, Prepare prepare);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Queues (or runs inline) one operation and returns its Work. `name` is the profiler title ("tuned:all_reduce");
+  // `timeout` is the operation's own (already resolved against the group's default).
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                        const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                        std::chrono::milliseconds timeout, size_t bytes, Body body);
+  // Records a Work made outside launch() (send/recv) in the coalesced block being built, if any.
+  void trackWork(const c10::intrusive_ptr<c10d::Work>& work);
+  void startCoalescing();
+  // The Works recorded since startCoalescing, as one Work (a completed one when there were none).
+  c10::intrusive_ptr<c10d::Work> endCoalescing(std::chrono::milliseconds timeout);
+  // How many Works the open coalescing block holds so far.
+  size_t coalescedCount();
+  bool coalescing();
+
+  // The sequence number of the last launched operation.
+  uint64_t lastSeq();
+  bool stopped();
+  // Stops the worker after the queued operations; later launches fail naming the op and rank. Idempotent.
+  void shutdown();
+
+ private:
+  struct Item {
+    c10::intrusive_ptr<TunedWork> work;
+    Body body;
+    std::chrono::milliseconds timeout;
+    const char* name;
+  };
+
+  void workerLoop();
+  // Runs the operation's body; returns its failure, if any.
+  std::exception_ptr execute(Item& item);
+  // Completes the operation's Work (runs its future's callbacks).
+  static void settle(Item& item, std::exception_ptr error);
+  void retireWorkerLocked();
+  void releaseEngineLocked();
+  void helpUntil(const TunedWork& work);
+  void runNextLocked(std::unique_lock<std::mutex>& lock);
+  void runLocked(Item& item, std::unique_lock<std::mutex>& lock);
+
+  const int rank_;
+  const Options options_;
+  const Prepare prepare_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t seq_ = 0;
+  std::deque<Item> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread worker_;
+  std::vector<std::thread> retired_;  // former workers, still inside future callbacks or finishing them
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+};
+
+}  // namespace tunedist

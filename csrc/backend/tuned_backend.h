@@ -1,0 +1,134 @@
+// TunedBackend: the `tuned` c10d backend. It routes each call, whole, by the device of its tensors, as torch's
+// ProcessGroup keeps one backend per device type:
+//   CPU tensors   -> CpuBackend (backend/cpu/): shared memory among the ranks of a host, gloo between hosts.
+//   CUDA tensors  -> NcclSide (backend/cuda/): torch's own ProcessGroupNCCL, created at the first CUDA call.
+// A call that mixes CPU and CUDA tensors is refused (and, for a collective, fails the CPU group so the peers do not
+// wait for this rank). The router also keeps what spans both sides: coalescing blocks, timeouts, abort, split.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/device_scan.h"
+#include "backend/cuda/nccl_side.h"
+
+namespace tunedist {
+
+class TunedBackend : public c10d::Backend {
+ public:
+  struct Options {
+    CpuBackend::Options cpu;
+    // Called when the NCCL side is created (the Python module logs NCCL's settings there).
+    NcclSide::CreatedHook onNcclCreated;
+  };
+
+  static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                  std::chrono::milliseconds timeout,
+                                                  NcclSide::CreatedHook onNcclCreated = {},
+                                                  GlooFactory glooFactory = nullptr);
+
+  TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
+  ~TunedBackend() override;
+
+  const std::string getBackendName() const override { return "tuned"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  bool supportsCoalescing() const override { return true; }
+  // dist.split_group and DeviceMesh with a bound device split the parent group: the child is a TunedBackend over
+  // the store torch hands over (members only; its engines and NCCL side are made lazily, like a new group's).
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return cpu_->getSequenceNumberForGroup(); }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  void abort() override;
+  void shutdown() override;
+  void setGroupUid(const std::string& pgUid) override;
+
+  // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
+  CpuBackend& cpu() { return *cpu_; }
+  // The NCCL side if it was created (for tests and tools), else null.
+  c10::intrusive_ptr<c10d::Backend> ncclBackend() const { return nccl_.existing(); }
+
+ private:
+  // The side that runs a call on these tensors: the CPU side, or the NCCL side for CUDA tensors. Refuses a call
+  // that mixes CPU and CUDA tensors, and CUDA tensors in a build without NCCL, naming op and rank; with failGroup
+  // (collectives) the refusal also fails the CPU group.
+  template <typename... Tensors>
+  c10d::Backend& route(const char* op, bool failGroup, const Tensors&... tensors) {
+    DeviceScan scan;
+    (scan.add(tensors), ...);
+    return scan.cuda ? cudaSide(op, scan, failGroup) : *cpu_;
+  }
+  template <typename... Tensors>
+  c10d::Backend& collective(const char* op, const Tensors&... tensors) {
+    return route(op, true, tensors...);
+  }
+  c10d::Backend& cudaSide(const char* op, const DeviceScan& scan, bool failGroup);
+
+  const NcclSide::CreatedHook onNcclCreated_;
+  c10::intrusive_ptr<CpuBackend> cpu_;
+  NcclSide nccl_;
+  std::mutex mutex_;
+  // torch's startCoalescing does not say which device follows; the NCCL side starts coalescing at the first CUDA
+  // call inside the coalesced block.
+  bool coalescing_ = false;
+  bool ncclCoalescing_ = false;
+};
+
+}  // namespace tunedist
