@@ -373,7 +373,8 @@ def main(argv=None) -> int:
     groups = {b: dist.new_group(backend=b) for b in args.backends}
     if args.device == "cuda":
         torch.cuda.set_device(_device(args))
-    meta = {"world_size": world, "device": args.device, "memcpy_gbps": measure_memcpy(args), "simd": tunedist.simd_level(),
+    meta = {"world_size": world, "device": args.device, "memcpy_gbps": measure_memcpy(args),
+            "simd": tunedist.simd_level(),
             "torch": torch.__version__, "tunedist": tunedist.version(), "average": RANK_REDUCTIONS[args.average],
             "threads": {"torch_num_threads": torch.get_num_threads(), "requested": args.threads,
                         "torch_num_interop_threads": torch.get_num_interop_threads(),
