@@ -178,11 +178,12 @@ def run_hook_part(args) -> list[dict]:
             state = make_state()
             if state is not None:
                 state.iter = 2  # compress from the first timed call (warm start builds its memories then)
-            contenders[label] = lambda h=hook, st=state: hook_step(h, st, buckets)
+            contenders[label] = lambda h=hook, st=state, b=buckets: hook_step(h, st, b)
         if name.startswith("powersgd"):
             rank = int(name.split("_")[1][1:])
             for label, ours in (("aten_matrix", False), ("our_matrix", True)):
-                contenders[label] = lambda w=matrix_work(buckets, rank), o=ours: matrix_step(w, o)
+                work = matrix_work(buckets, rank)
+                contenders[label] = lambda w=work, o=ours: matrix_step(w, o)
         time_interleaved(contenders, 2)  # warm-up
         measured = time_interleaved(contenders, args.iters)
         (torch_wall, torch_cpu), (our_wall, our_cpu) = measured["torch"], measured["tunedist"]
@@ -215,7 +216,7 @@ def e2e_model() -> nn.Sequential:
     return nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(4)])
 
 
-def _e2e_steps(rank: int, group, install, steps: int, warmup: int) -> float:  # noqa: D103
+def _e2e_steps(rank: int, group, install, steps: int, warmup: int) -> float:
     from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: PLC0415
 
     torch.manual_seed(0)
@@ -250,8 +251,9 @@ def _check_one_bucket(ddp, rank: int) -> None:
 
 
 def _e2e_configs():
-    import tunedist.hooks as td_hooks  # noqa: PLC0415
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd  # noqa: PLC0415
+
+    import tunedist.hooks as td_hooks  # noqa: PLC0415
 
     return {
         "gloo_no_hook": ("gloo", lambda ddp, g: None),

@@ -1,6 +1,7 @@
 """tunedist's main job: one DDP training, run twice side by side in one torchrun — tunedist against torch's default.
 
-    torchrun --standalone --nproc_per_node=2 examples/train_ddp.py [--json build/main_job.json] [--plot build/main_job.png]
+    torchrun --standalone --nproc_per_node=2 examples/train_ddp.py \
+        [--json build/main_job.json] [--plot build/main_job.png]
 
 A small transformer language model learns synthetic, seeded data (a fixed random Markov chain: each token has a few
 likely successors), so nothing is downloaded and both runs see the same model and batches:

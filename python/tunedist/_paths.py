@@ -1,6 +1,7 @@
 """Where the installed C++ side of tunedist lies, for building C++ code against it.
 
-    cmake -DCMAKE_PREFIX_PATH="$(python -c 'import tunedist, torch; print(tunedist.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')" ...
+    p=$(python -c 'import tunedist, torch; print(tunedist.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')
+    cmake -DCMAKE_PREFIX_PATH="$p" ...
 
 Then find_package(tunedist REQUIRED) and target_link_libraries(app PRIVATE tunedist::tunedist).
 """

@@ -14,7 +14,8 @@ The conventions follow nccl-tests (doc/PERFORMANCE.md; docs/anchors.md part 1, s
       all_gather      S = n x count x typesize (the gathered array)       factor (n-1)/n
       reduce_scatter  S = n x count x typesize (the array scattered)      factor (n-1)/n
       broadcast       S = count x typesize                                factor 1
-  size(B) is S and count is the elements per rank (all_gather: its input; reduce_scatter: its output).
+  size(B) is S and count is the elements per rank (all_gather: its input; reduce_scatter: its output). COLLECTIVES
+  below holds one record per op with these facts and its buffers, as nccl-tests' struct testColl.
 - Out-of-place and in-place: torch's all_reduce and broadcast work in place only. The out-of-place all_reduce is the
   copy a caller needs (out.copy_(in)) plus the in-place op, and broadcast has only the in-place column. In place,
   all_gather's input is the rank's own chunk of the output and reduce_scatter's output is its chunk of the input.
@@ -42,16 +43,14 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 import tunedist
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-VARIANTS = {"all_reduce": (False, True), "all_gather": (False, True), "reduce_scatter": (False, True),
-            "broadcast": (True,)}  # in-place flags measured per op
-PRIMARY_INPLACE = {"all_reduce": True, "all_gather": False, "reduce_scatter": False, "broadcast": True}
 DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16, "half": torch.float16,
           "bfloat16": torch.bfloat16, "float64": torch.float64, "double": torch.float64, "int32": torch.int32,
           "int64": torch.int64}
@@ -138,41 +137,104 @@ def _reduced(world: int, start: int, redop: str) -> torch.Tensor:
     return {"sum": per_rank.sum(0), "max": per_rank.amax(0), "min": per_rank.amin(0)}[redop]
 
 
-def make_case(op, inplace, count, dtype, redop, group):
-    """Buffers for one point. Returns (call, wrong): call() runs the op once; wrong() writes the inputs, calls the
-    op and counts this rank's elements that differ from the closed form."""
-    rank, world, red = dist.get_rank(), dist.get_world_size(), REDOPS[redop]
-    if op in ("all_reduce", "broadcast"):
-        inp = torch.empty(count, dtype=dtype)
-        out = inp if inplace else torch.empty(count, dtype=dtype)
-        if op == "broadcast":
-            expected = _tile(_pattern(0, 0), count, dtype)
-            call = lambda: dist.broadcast(out, src=0, group=group)  # noqa: E731
-        else:
-            expected = _tile(_reduced(world, 0, redop), count, dtype)
-            def call():
-                if not inplace:
-                    out.copy_(inp)
-                dist.all_reduce(out, op=red, group=group)
-        fill = lambda: inp.copy_(_tile(_pattern(rank, 0), count, dtype))  # noqa: E731
-    elif op == "all_gather":
-        out = torch.empty(world * count, dtype=dtype)
-        inp = out.narrow(0, rank * count, count) if inplace else torch.empty(count, dtype=dtype)
-        expected = torch.cat([_tile(_pattern(r, 0), count, dtype) for r in range(world)])
-        fill = lambda: inp.copy_(_tile(_pattern(rank, 0), count, dtype))  # noqa: E731
-        call = lambda: dist.all_gather_into_tensor(out, inp, group=group)  # noqa: E731
-    else:
-        inp = torch.empty(world * count, dtype=dtype)
-        out = inp.narrow(0, rank * count, count) if inplace else torch.empty(count, dtype=dtype)
-        expected = _tile(_reduced(world, rank * count, redop), count, dtype)
-        fill = lambda: inp.copy_(_tile(_pattern(rank, 0), world * count, dtype))  # noqa: E731
-        call = lambda: dist.reduce_scatter_tensor(out, inp, op=red, group=group)  # noqa: E731
+@dataclass(frozen=True)
+class Buffers:
+    """One point's tensors: fill() writes this rank's inputs, call() runs the op once, after which `out` must equal
+    `expected` on this rank."""
 
-    def wrong():
-        fill()
-        call()
-        return int((out != expected).sum())
-    return call, wrong
+    call: Callable[[], object]
+    fill: Callable[[], object]
+    out: torch.Tensor
+    expected: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One measured op, as nccl-tests' struct testColl: its name, the variants measured, how S and busbw follow from
+    the count and the world size, and its buffers."""
+
+    name: str
+    variants: tuple[bool, ...]  # in-place flags measured, out-of-place first
+    summary_inplace: bool  # the variant the summary and the plot compare
+    reduces: bool  # takes --op (the redop column); the others print "none"
+    whole_array: bool  # S = n x count x typesize (the gathered or scattered array), else count x typesize
+    busbw_factor: Callable[[int], float]  # busbw = algbw x busbw_factor(n)
+    # (rank, world, inplace, count, dtype, redop, group) -> Buffers
+    buffers: Callable[[int, int, bool, int, torch.dtype, str, object], Buffers]
+
+    def nbytes(self, count: int, itemsize: int, world: int) -> int:
+        return count * itemsize * (world if self.whole_array else 1)
+
+
+def _own_input(inp, rank: int, n: int, dtype):
+    def fill():
+        return inp.copy_(_tile(_pattern(rank, 0), n, dtype))
+    return fill
+
+
+def _all_reduce_buffers(rank, world, inplace, count, dtype, redop, group) -> Buffers:
+    inp = torch.empty(count, dtype=dtype)
+    out = inp if inplace else torch.empty(count, dtype=dtype)
+    expected = _tile(_reduced(world, 0, redop), count, dtype)
+
+    def call():
+        if not inplace:
+            out.copy_(inp)  # torch's all_reduce works in place: out of place is the caller's copy plus that
+        dist.all_reduce(out, op=REDOPS[redop], group=group)
+    return Buffers(call, _own_input(inp, rank, count, dtype), out, expected)
+
+
+def _broadcast_buffers(rank, world, inplace, count, dtype, redop, group) -> Buffers:
+    inp = torch.empty(count, dtype=dtype)
+    out = inp if inplace else torch.empty(count, dtype=dtype)
+    expected = _tile(_pattern(0, 0), count, dtype)
+
+    def call():
+        dist.broadcast(out, src=0, group=group)
+    return Buffers(call, _own_input(inp, rank, count, dtype), out, expected)
+
+
+def _all_gather_buffers(rank, world, inplace, count, dtype, redop, group) -> Buffers:
+    out = torch.empty(world * count, dtype=dtype)
+    inp = out.narrow(0, rank * count, count) if inplace else torch.empty(count, dtype=dtype)
+    expected = torch.cat([_tile(_pattern(r, 0), count, dtype) for r in range(world)])
+
+    def call():
+        dist.all_gather_into_tensor(out, inp, group=group)
+    return Buffers(call, _own_input(inp, rank, count, dtype), out, expected)
+
+
+def _reduce_scatter_buffers(rank, world, inplace, count, dtype, redop, group) -> Buffers:
+    inp = torch.empty(world * count, dtype=dtype)
+    out = inp.narrow(0, rank * count, count) if inplace else torch.empty(count, dtype=dtype)
+    expected = _tile(_reduced(world, rank * count, redop), count, dtype)
+
+    def call():
+        dist.reduce_scatter_tensor(out, inp, op=REDOPS[redop], group=group)
+    return Buffers(call, _own_input(inp, rank, world * count, dtype), out, expected)
+
+
+# One record per op, in sweep order. torch's all_reduce and broadcast work in place only (see the docstring).
+COLLECTIVES = {c.name: c for c in (
+    Collective("all_reduce", variants=(False, True), summary_inplace=True, reduces=True, whole_array=False,
+               busbw_factor=lambda n: 2 * (n - 1) / n, buffers=_all_reduce_buffers),
+    Collective("all_gather", variants=(False, True), summary_inplace=False, reduces=False, whole_array=True,
+               busbw_factor=lambda n: (n - 1) / n, buffers=_all_gather_buffers),
+    Collective("reduce_scatter", variants=(False, True), summary_inplace=False, reduces=True, whole_array=True,
+               busbw_factor=lambda n: (n - 1) / n, buffers=_reduce_scatter_buffers),
+    Collective("broadcast", variants=(True,), summary_inplace=True, reduces=False, whole_array=False,
+               busbw_factor=lambda n: 1.0, buffers=_broadcast_buffers),
+)}
+OPS = tuple(COLLECTIVES)
+VARIANTS = {name: c.variants for name, c in COLLECTIVES.items()}  # in-place flags measured per op
+PRIMARY_INPLACE = {name: c.summary_inplace for name, c in COLLECTIVES.items()}
+
+
+def count_wrong(bufs: Buffers) -> int:
+    """Writes the inputs, calls the op and counts this rank's elements that differ from the closed form."""
+    bufs.fill()
+    bufs.call()
+    return int((bufs.out != bufs.expected).sum())
 
 
 def _over_ranks(values, how: int) -> list:
@@ -215,13 +277,12 @@ def _synchronized(call):
 
 
 def measure_point(args, backend, group, op, inplace, count) -> dict:
-    world, dtype = dist.get_world_size(), DTYPES[args.dtype]
+    world, dtype, coll = dist.get_world_size(), DTYPES[args.dtype], COLLECTIVES[op]
     with _device(args):  # buffers and expected values on --device
-        call, wrong = make_case(op, inplace, count, dtype, args.redop, group)
-    if args.device == "cuda":
-        call = _synchronized(call)
+        bufs = coll.buffers(dist.get_rank(), world, inplace, count, dtype, args.redop, group)
+    call = _synchronized(bufs.call) if args.device == "cuda" else bufs.call
     start = time.perf_counter()
-    wrong_here = wrong() if args.check else 0
+    wrong_here = count_wrong(bufs) if args.check else 0
     first_s = time.perf_counter() - start
     n_wrong, first_s = _over_ranks([wrong_here, first_s], 1)  # everyone must agree on the counts below
     n_wrong = round(n_wrong * world)
@@ -235,13 +296,12 @@ def measure_point(args, backend, group, op, inplace, count) -> dict:
     mean_s, p50, p99 = _over_ranks([sum(times) / iters] + [_percentile(sorted(times), q) for q in (0.5, 0.99)],
                                    args.average)
     (cpu_mean_s,) = _over_ranks([cpu_s], 1)
-    nbytes = count * dtype.itemsize * (world if op in ("all_gather", "reduce_scatter") else 1)
+    nbytes = coll.nbytes(count, dtype.itemsize, world)
     algbw = nbytes / mean_s / 1e9
-    factor = {"all_reduce": 2 * (world - 1) / world, "broadcast": 1.0}.get(op, (world - 1) / world)
-    return {"backend": backend, "op": op, "dtype": args.dtype, "redop": args.redop if op in ("all_reduce",
-            "reduce_scatter") else "none", "bytes": nbytes, "count": count, "inplace": inplace, "iters": iters,
-            "warmup": warmup, "time_us": mean_s * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
-            "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "wrong": n_wrong, "cpu_us": cpu_mean_s * 1e6,
+    return {"backend": backend, "op": op, "dtype": args.dtype, "redop": args.redop if coll.reduces else "none",
+            "bytes": nbytes, "count": count, "inplace": inplace, "iters": iters, "warmup": warmup,
+            "time_us": mean_s * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6, "algbw_gbps": algbw,
+            "busbw_gbps": algbw * coll.busbw_factor(world), "wrong": n_wrong, "cpu_us": cpu_mean_s * 1e6,
             "cpu_all_ranks_us": cpu_mean_s * world * 1e6}
 
 
@@ -249,7 +309,7 @@ def plan(args, world: int) -> list:
     """(op, count) pairs in sweep order, one per distinct S (small sizes round up to one element per rank)."""
     itemsize, points = DTYPES[args.dtype].itemsize, []
     for op in args.ops:
-        per = itemsize * (world if op in ("all_gather", "reduce_scatter") else 1)
+        per = COLLECTIVES[op].nbytes(1, itemsize, world)
         size, seen = args.min_bytes, set()
         while size <= args.max_bytes:
             count = max(1, size // per)
@@ -373,7 +433,8 @@ def main(argv=None) -> int:
     groups = {b: dist.new_group(backend=b) for b in args.backends}
     if args.device == "cuda":
         torch.cuda.set_device(_device(args))
-    meta = {"world_size": world, "device": args.device, "memcpy_gbps": measure_memcpy(args), "simd": tunedist.simd_level(),
+    meta = {"world_size": world, "device": args.device, "memcpy_gbps": measure_memcpy(args),
+            "simd": tunedist.simd_level(),
             "torch": torch.__version__, "tunedist": tunedist.version(), "average": RANK_REDUCTIONS[args.average],
             "threads": {"torch_num_threads": torch.get_num_threads(), "requested": args.threads,
                         "torch_num_interop_threads": torch.get_num_interop_threads(),

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 VERDICTS = ("ok", "warn", "fail")
 
@@ -117,7 +117,7 @@ class IfnameSpec:
     names: tuple[str, ...]
 
     @classmethod
-    def parse(cls, value: str) -> "IfnameSpec":
+    def parse(cls, value: str) -> IfnameSpec:
         text = value.strip()
         exclude = text.startswith("^")
         text = text[1:] if exclude else text

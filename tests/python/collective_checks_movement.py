@@ -10,7 +10,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from collective_checks import Checker, SIZES
+from collective_checks import SIZES, Checker
 from dist_utils import make_input, reference
 
 

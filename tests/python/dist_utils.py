@@ -31,10 +31,11 @@ import tempfile
 import time
 import traceback
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -119,7 +120,7 @@ def _write_result(path: Path, payload: dict) -> None:
     tmp = path.with_suffix(".tmp")
     try:
         torch.save(payload, tmp)
-    except Exception:  # the return value does not pickle: report that instead
+    except Exception:  # noqa: BLE001 - the return value does not pickle: report that instead
         torch.save({"ok": False, "traceback": "return value could not be saved:\n" + traceback.format_exc()}, tmp)
     os.replace(tmp, path)
 

@@ -15,9 +15,9 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_p
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import tunedist.hooks as td_hooks
+from hooks_workers import MixedNet, batch, corrected_batched_powerSGD_hook, train
 from tunedist.hooks import default as td_default
 from tunedist.hooks import powerSGD as td_psgd
-from hooks_workers import MixedNet, batch, corrected_batched_powerSGD_hook, train
 
 PSGD_OPTS = dict(matrix_approximation_rank=2, start_powerSGD_iter=2, random_seed=11)
 
@@ -179,8 +179,10 @@ def _psgd_pair(opts, batched=False):
     torch_hook = torch_psgd.batched_powerSGD_hook if batched else torch_psgd.powerSGD_hook
     ours_hook = td_psgd.batched_powerSGD_hook if batched else td_psgd.powerSGD_hook
     kind = "batched_powersgd" if batched else "powersgd"
-    return (lambda ddp: (ddp.register_comm_hook(s := torch_psgd.PowerSGDState(ddp.process_group, **opts), torch_hook), s)[1],
-            lambda ddp: (ddp.register_comm_hook(s := td_psgd.PowerSGDState(ddp.process_group, **opts), ours_hook), s)[1],
+    return (lambda ddp: (ddp.register_comm_hook(s := torch_psgd.PowerSGDState(ddp.process_group, **opts),
+                                                torch_hook), s)[1],
+            lambda ddp: (ddp.register_comm_hook(s := td_psgd.PowerSGDState(ddp.process_group, **opts),
+                                                ours_hook), s)[1],
             lambda ddp: td_hooks.register(ddp, kind, **opts))
 
 
@@ -208,13 +210,14 @@ EDGE = {
                           lambda ddp: ddp.register_comm_hook(ddp.process_group, td_default.fp16_compress_hook),
                           lambda ddp: td_hooks.register(ddp, "fp16")), 0, {"scaler": True}),
     "empty_bucket_allreduce": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
-                               (_no_hook, lambda ddp: ddp.register_comm_hook(ddp.process_group, td_default.allreduce_hook),
+                               (_no_hook,
+                                lambda ddp: ddp.register_comm_hook(ddp.process_group, td_default.allreduce_hook),
                                 lambda ddp: td_hooks.register(ddp, "allreduce")), 0, {}),
     "empty_bucket_powersgd": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
                               (_no_hook, _psgd_pair(PSGD_OPTS)[1], _psgd_pair(PSGD_OPTS)[2]), "psgd", {}),
     "empty_bucket_batched": (WithEmpty, 10, 3, {"bucket_cap_mb": 0.0001},
                              (lambda ddp: ddp.register_comm_hook(
-                                 s := torch_psgd.PowerSGDState(ddp.process_group, **PSGD_OPTS),
+                                 torch_psgd.PowerSGDState(ddp.process_group, **PSGD_OPTS),
                                  corrected_batched_powerSGD_hook),
                               _psgd_pair(PSGD_OPTS, True)[1], _psgd_pair(PSGD_OPTS, True)[2]), "kernels", {}),
 }

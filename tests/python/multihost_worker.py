@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
-import multihost_checks as mc  # noqa: E402
-import tunedist  # noqa: E402, F401
+import multihost_checks as mc
+import tunedist  # noqa: F401
 
 
 def main() -> int:

@@ -144,7 +144,8 @@ def test_cpu_only_configure():
 
     with tempfile.TemporaryDirectory(prefix="tunedist-nccl-off-") as build:
         subprocess.run(["cmake", "-S", str(ROOT), "-B", build, "-DTUNEDIST_USE_NCCL=OFF",
-                        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-DPython_EXECUTABLE={sys.executable}"],
+                        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                        f"-DPython_EXECUTABLE={sys.executable}"],
                        check=True, capture_output=True, text=True)
         cache = Path(build, "CMakeCache.txt").read_text()
         assert "TUNEDIST_USE_NCCL:BOOL=OFF" in cache

@@ -86,7 +86,7 @@ def _ddp_parity_worker(rank: int, world_size: int) -> dict:
     return results
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ddp_runs(world_size: int):
     try:
         return launch(world_size, _ddp_parity_worker, timeout_s=LAUNCH_TIMEOUT_S)
@@ -329,7 +329,7 @@ def _fsdp_worker(rank: int, world_size: int) -> dict:
     return results
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fsdp_runs():
     try:
         return launch(2, _fsdp_worker, timeout_s=LAUNCH_TIMEOUT_S)

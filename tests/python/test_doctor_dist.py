@@ -126,7 +126,7 @@ def _cli(*args, **env):
     base = {k: v for k, v in os.environ.items()
             if k not in _STRIP and not k.startswith(("NCCL_", "TORCH_NCCL_", "GLOO_", "TUNEDIST_"))}
     proc = subprocess.run([sys.executable, "-m", "tunedist.doctor", *args], env={**base, **env},
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=CLI_TIMEOUT_S)
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert proc.returncode in (0, 1), proc.stderr
     return proc
 

@@ -160,7 +160,7 @@ def _timeout_worker(rank: int, world_size: int) -> dict:
     return results
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _runs_of(worker):
     """One 2-rank launch of `worker` shared by all its parametrized cases; re-raises the launch failure in each."""
     try:

@@ -77,7 +77,7 @@ def test_forcing_the_cuda_kernels_without_nccl_is_a_clear_configure_error():
 
 
 def _kernel_names(fn) -> list[str]:
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
@@ -123,7 +123,7 @@ def test_cuda_compress_is_one_fused_kernel():
 
 
 def _train_cuda(install, steps: int = 12):
-    from hooks_workers import MixedNet, batch  # noqa: PLC0415
+    from hooks_workers import MixedNet, batch
 
     dev = torch.device("cuda", 0)
     torch.manual_seed(0)
@@ -141,9 +141,9 @@ def _train_cuda(install, steps: int = 12):
 
 
 def _cuda_parity_worker(rank: int, world_size: int) -> dict:
-    import traceback  # noqa: PLC0415
+    import traceback
 
-    from hooks_workers import _stats, _variants  # noqa: PLC0415
+    from hooks_workers import _stats, _variants
 
     group = dist.group.WORLD
     results = {}
@@ -158,10 +158,10 @@ def _cuda_parity_worker(rank: int, world_size: int) -> dict:
             results[name] = traceback.format_exc()
     # The fused error feedback runs in PowerSGD's steps (error feedback on, from the second compressed step).
     if _hooks.cuda_kernels_built():
-        from hooks_workers import _variants as variants  # noqa: PLC0415
+        from hooks_workers import _variants as variants
 
         native = variants()["powersgd_r2_cold_batch"][2]
-        from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+        from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             _train_cuda(lambda ddp: native(ddp, group), steps=5)
@@ -184,7 +184,7 @@ def test_cuda_hooks_match_torch_world1():
                 got = entry[label]["params"][key]
                 if name.startswith(("powersgd", "batched")):
                     torch.testing.assert_close(got, value, rtol=1e-4, atol=1e-5,
-                                               msg=lambda m, k=key, lb=label: f"{name}, {lb}, {k}: {m}")
+                                               msg=lambda m, k=key, lb=label, n=name: f"{n}, {lb}, {k}: {m}")
                 else:  # allreduce, fp16, bf16 and the fp16 wrappers: torch's CUDA arithmetic bit for bit
                     assert torch.equal(got, value), f"{name}, {label}, {key}: max diff {(got - value).abs().max()}"
         if name.startswith(("powersgd", "batched", "fp16_wrapper_powersgd")):

@@ -24,7 +24,7 @@ from hooks_workers import VARIANTS, parity_worker
 LAUNCH_TIMEOUT_S = 600.0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _runs(world_size: int):
     try:
         return launch(world_size, parity_worker, VARIANTS, timeout_s=LAUNCH_TIMEOUT_S)
@@ -62,7 +62,7 @@ def test_hook_matches_torch(world_size, variant):
                 got = entry[label]["params"][key]
                 if _own_kernels(variant):
                     torch.testing.assert_close(got, value, rtol=1e-4, atol=1e-5,
-                                               msg=lambda m, k=key, lb=label: f"{lb}, rank {rank}, {k}: {m}")
+                                               msg=lambda m, k=key, lb=label, r=rank: f"{lb}, rank {r}, {k}: {m}")
                 else:
                     assert torch.equal(got, value), (
                         f"{label}, rank {rank}, {key}: max diff {(got - value).abs().max().item():.3g}")
@@ -71,7 +71,7 @@ def test_hook_matches_torch(world_size, variant):
             assert torch.equal(entry["native"]["params"][key], value), f"native vs drop-in, rank {rank}, {key}"
         for key, value in ref.items():
             torch.testing.assert_close(entry["native_tuned"]["params"][key], value, **_tolerance(variant),
-                                       msg=lambda m, k=key: f"native on tuned, rank {rank}, {k}: {m}")
+                                       msg=lambda m, k=key, r=rank: f"native on tuned, rank {r}, {k}: {m}")
         rank0 = runs[0][variant]["torch"]["params"]
         assert all(torch.equal(rank0[k], ref[k]) for k in ref), f"rank {rank} and rank 0 disagree"
         if variant.startswith(("powersgd", "batched", "fp16_wrapper_powersgd")):

@@ -13,18 +13,17 @@
 from __future__ import annotations
 
 import functools
-import pickle
 
 import pytest
 import torch
 
-from dist_utils import launch
 import hooks_state_workers as w
+from dist_utils import launch
 
 LAUNCH_TIMEOUT_S = 300.0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _resume_runs():
     import tempfile
 
@@ -55,7 +54,7 @@ def test_pickle_format_is_torchs():
     assert report["group_restored"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _edge_runs():
     try:
         return launch(2, w.edge_worker, timeout_s=LAUNCH_TIMEOUT_S)
@@ -77,7 +76,7 @@ def test_edge_case_matches_reference(case):
                 got = entry[label][key]
                 assert torch.isfinite(got).all(), f"{label}, rank {rank}, {key}: not finite"
                 torch.testing.assert_close(got, value, rtol=entry["rtol"], atol=entry["atol"],
-                                           msg=lambda m, k=key, lb=label: f"{lb}, rank {rank}, {k}: {m}")
+                                           msg=lambda m, k=key, lb=label, r=rank: f"{lb}, rank {r}, {k}: {m}")
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
@@ -111,6 +110,7 @@ def test_errors_are_clear():
 
 def test_state_attributes_like_torch():
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd
+
     from tunedist.hooks import powerSGD
 
     ours, ref = powerSGD.PowerSGDState(None), torch_psgd.PowerSGDState(None)

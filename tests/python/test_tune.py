@@ -289,6 +289,7 @@ def _trial_ddps_freed(rank, world_size):
     """The tuner's trial DDPs are gone once measured (their bucket buffers with them), with a comm hook or without."""
     import gc
     import weakref
+
     from tunedist.tune import tuner
     model, step_fn = _mixed_model(), _step_fn(rank)
     out = {}

@@ -36,8 +36,9 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -282,7 +283,8 @@ def check(model: torch.nn.Module, loader: DataLoader, optimizer=None, *, step: C
     findings = static_findings(model, group, machine) if include_static else []
     env = machine.env if machine is not None else None
     findings += [check_sampler(loader, group, env), check_workers(loader),
-                 check_fetch_time(timing, options.fetch_share), check_batch(timing, options.min_batch_per_device), check_precision(model, timing, gpu),
+                 check_fetch_time(timing, options.fetch_share), check_batch(timing, options.min_batch_per_device),
+                 check_precision(model, timing, gpu),
                  check_optimizer(model, optimizer), check_pin_memory(loader, gpu)]
     report = Report(findings, {"fetch_ms": timing.fetch_mean * 1e3, "step_ms": timing.step_mean * 1e3,
                                "batch_per_device": float(timing.batch_size or 0)})

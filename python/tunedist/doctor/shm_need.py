@@ -14,8 +14,8 @@ C++ layout; tests/python/test_doctor.py compares :func:`group_shm_bytes` with th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..nccl_env import Finding
 
@@ -67,7 +67,7 @@ class ShmSpace:
     free: int
 
     @classmethod
-    def of(cls, path: str = SHM_DIR) -> "ShmSpace":
+    def of(cls, path: str = SHM_DIR) -> ShmSpace:
         vfs = os.statvfs(path)
         return cls(vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize)
 

@@ -22,8 +22,8 @@ threads, cores, shm_dir), so tests reach every verdict without a GPU or root.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import torch
 import torch.distributed as dist
@@ -49,7 +49,7 @@ class Machine:
     tuned_groups: int = 1  # tuned groups the job creates (each reserves its own segment)
     ranks_on_host: int | None = None  # None: LOCAL_WORLD_SIZE, else the group's size, else 1
 
-    def resolved(self) -> "Machine":
+    def resolved(self) -> Machine:
         return Machine(env=os.environ if self.env is None else self.env,
                        gpu=torch.cuda.is_available() if self.gpu is None else self.gpu, probe=self.probe,
                        threads=torch.get_num_threads() if self.threads is None else self.threads,

@@ -36,7 +36,7 @@ def _check_reduces(group, dtype: torch.dtype, device: torch.device, what: str) -
     """Refuses a backend that cannot allreduce `dtype` (a one-element probe; every rank registers, so all probe)."""
     try:
         dist.all_reduce(torch.zeros(1, dtype=dtype, device=device), group=group)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the fix
+    except Exception as exc:
         rank = group.rank()
         raise RuntimeError(
             f"tunedist.hooks.register({what!r}): rank {rank}: the process group cannot allreduce {dtype} on "

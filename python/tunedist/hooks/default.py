@@ -2,11 +2,13 @@
 
 ``ddp.register_comm_hook(process_group, fp16_compress_hook)`` works as with torch's module: same names, same
 signatures, same results; the whole bucket is handled by one C++ call (compression, division and decompression are
-in place in the bucket on CPU: no second buffer). ``state`` is the process group, ``None`` meaning the default group, as in torch.
+in place in the bucket on CPU: no second buffer). ``state`` is the process group, ``None`` meaning the default group,
+as in torch.
 """
 
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist

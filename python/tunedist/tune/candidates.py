@@ -67,7 +67,8 @@ class Candidate:
     def supported(self) -> bool:
         if self.cap_mb is None or self.first_mb is None or self.first_mb == self.cap_mb:
             return True
-        return ddp_accepts_cap_list() or (self.cap_mb == DEFAULT_CAP_MB and hasattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES"))
+        return ddp_accepts_cap_list() or (self.cap_mb == DEFAULT_CAP_MB
+                                          and hasattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES"))
 
 
 def make_candidates(total_bytes: int, caps_mb=None, first_mb=None) -> list:

@@ -39,7 +39,8 @@ def params_of(module) -> list:
 @dataclass(frozen=True)
 class ReadyProfile:
     order: tuple  # parameter indices (params_of order) in gradient-ready order, rank 0's
-    ready_s: tuple  # seconds after backward start at which each of `order` is ready: median over iterations, max over ranks
+    # seconds after backward start at which each of `order` is ready: median over iterations, max over ranks
+    ready_s: tuple
     param_bytes: tuple  # bytes of each of `order`
     shapes: tuple  # shape of each of `order`
     forward_s: float

@@ -14,8 +14,14 @@ import torch.distributed as dist
 from ..bench import Progress
 from .candidates import HOOKS, Candidate, build_ddp, dispose_ddp, make_candidates, register_hook
 from .costmodel import MachineModel, fit_comm_model, simulate
-from .measure import (broadcast_ints, comm_sizes, measure_ready_times, model_bytes, time_all_reduce,
-                      time_steps_interleaved)
+from .measure import (
+    broadcast_ints,
+    comm_sizes,
+    measure_ready_times,
+    model_bytes,
+    time_all_reduce,
+    time_steps_interleaved,
+)
 from .probes import measure_probes
 from .report import Row, TuneReport, hook_advice, predict
 
@@ -102,7 +108,7 @@ def measure_candidates(module, candidates, step_fn, group=None, hook=None, optio
         try:
             label = f"candidates {start + 1}-{start + len(part)} of {len(candidates)}"
             out += time_steps_interleaved(ddps, step_fn, group, opts.trial_steps, opts.warmup_steps,
-                                          on_round=lambda k: progress.step(label))
+                                          on_round=lambda k, lb=label: progress.step(lb))
         finally:
             _dispose_all(ddps)
     progress.close()
