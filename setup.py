@@ -6,8 +6,8 @@ Use --no-build-isolation because the extension has to be compiled against the to
 (torch's C++ ABI changes with every release). Build isolation would download a second torch for the build.
 
 What a build does:
-  1. Configure build/py-<X.Y> once, and again only when the arguments below change. CMake re-runs itself when
-     CMakeLists.txt changes, so later installs are incremental (ccache speeds them up further).
+  1. Configure build/py-<X.Y> once, and again only when the arguments below change (cmake/configure_once.py).
+     CMake re-runs itself when CMakeLists.txt changes, so later installs are incremental (ccache speeds them up).
   2. cmake --build: targets _C (the module tunedist._C) and tunedist (libtunedist.so).
   3. cmake --install into the package directory tunedist/:
        _C.<abi>.so and libtunedist.so    (_C finds the library through RPATH $ORIGIN)
@@ -107,25 +107,14 @@ class CMakeBuild(build_ext):
                                f"found {sorted(p.name for p in package_dir.iterdir())}")
 
     def _configure(self, build_dir: Path, args: list[str]) -> None:
-        """Configure only when build_dir has not been configured with exactly these arguments yet.
-
-        Configuring again needlessly would cost time and also give a new TUNEDIST_BUILD_ID, which would recompile
-        whatever uses it.
-        """
-        stamp = build_dir / "setup-py-configure-args.txt"
-        wanted = "\n".join(args) + "\n"
-        cache = build_dir / "CMakeCache.txt"
-        if cache.exists() and stamp.exists() and stamp.read_text() == wanted:
-            print(f"setup.py: {build_dir} is configured already; building incrementally", flush=True)
-            return
-        if cache.exists():
-            # Different arguments, maybe a different generator: start over from an empty cache.
-            print(f"setup.py: configure arguments changed; clearing {build_dir}/CMakeCache.txt", flush=True)
-            cache.unlink()
-            shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
-        stamp.unlink(missing_ok=True)
-        self._run(["cmake", "-S", str(ROOT), "-B", str(build_dir), *args])
-        stamp.write_text(wanted)
+        """Configure only when build_dir has not been configured with exactly these arguments (cmake/configure_once.py,
+        which ./dev uses for its build folders too)."""
+        sys.path.insert(0, str(ROOT / "cmake"))
+        try:
+            from configure_once import configure
+        finally:
+            sys.path.pop(0)
+        configure(build_dir, "setup-py-configure-args.txt", args, log=lambda m: print(f"setup.py: {m}", flush=True))
 
     @staticmethod
     def _run(cmd: list[str]) -> None:

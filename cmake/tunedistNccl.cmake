@@ -3,11 +3,11 @@
 #
 # TUNEDIST_USE_NCCL: ON, OFF, or unset (= ON when torch was built with CUDA and the headers below are found).
 #
-# What the NCCL side compiles against. tunedist compiles no CUDA code: it includes torch's ProcessGroupNCCL.hpp,
-# which needs the CUDA runtime headers and nccl.h, and it links libtorch_cuda, which holds ProcessGroupNCCL and
-# itself loads libnccl.so.2. tunedist does not link libnccl directly, so it always uses the NCCL that torch loads.
-# The headers should be that NCCL's too: ProcessGroupNCCL::Options embeds ncclConfig_t, whose layout changes between
-# NCCL releases. Searched in this order:
+# What the NCCL side compiles against. The NCCL side is plain C++ (no CUDA code): it includes torch's
+# ProcessGroupNCCL.hpp, which needs the CUDA runtime headers and nccl.h, and it links libtorch_cuda, which holds
+# ProcessGroupNCCL and itself loads libnccl.so.2. tunedist does not link libnccl directly, so it always uses the NCCL
+# that torch loads. The headers should be that NCCL's too: ProcessGroupNCCL::Options embeds ncclConfig_t, whose layout
+# changes between NCCL releases. Searched in this order:
 #   - TUNEDIST_NCCL_INCLUDE_DIR, TUNEDIST_CUDA_INCLUDE_DIRS if given;
 #   - the nvidia-* pip wheels next to torch (site-packages/nvidia/nccl/include, nvidia/cu13/include, ...): what a
 #     pip-installed torch loads at run time;

@@ -51,7 +51,7 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
       fail(ctx, detail::str("split sizes disagree: ", bad.str(), ". input_split_sizes on each rank must match ",
                             "output_split_sizes on its peers."), false, false);
     }
-    const size_t part = (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine;
+    const size_t part = slotPartBytes();
     for (size_t off = 0; off < largest; off += part) {
       b = beginRound(ctx);
       for (int q = 0; q < size_; ++q) {

@@ -65,7 +65,7 @@ OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, DType dtype, 
 
 size_t ShmComm::sliceElems(size_t count, size_t elemSize) const {
   // Largest 64-byte-aligned slice such that size_ of them fit a slot, and no larger than needed for `count`.
-  size_t maxSliceBytes = (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine;
+  size_t maxSliceBytes = slotPartBytes();
   size_t perRank = (count + size_t(size_) - 1) / size_t(size_);
   size_t wantBytes = roundUp(perRank * elemSize, kCacheLine);
   size_t sliceBytes = std::min(maxSliceBytes, std::max(wantBytes, kCacheLine));

@@ -146,6 +146,9 @@ class ShmComm {
       std::memmove(dst, src, bytes);
     }
   }
+  // Bytes of each of the size_ parts a slot is cut into (scatter, all_to_all, reduce_scatter, the two-shot
+  // all-reduce's slices), rounded down to whole cache lines so parts never share one.
+  size_t slotPartBytes() const { return (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine; }
   // Elements per slice so that size_ slices of `count`-element chunks fit one slot, 64-byte aligned.
   size_t sliceElems(size_t count, size_t elemSize) const;
 

@@ -17,7 +17,7 @@ void ShmComm::reduceScatter(const OpContext& ctx, const void* const* ins, void* 
   checkReduceSupported(args.dtype, args.op);
   runOp(ctx, makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor), [&] {
     const size_t es = dtypeSize(args.dtype);
-    const size_t partBytes = (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine;
+    const size_t partBytes = slotPartBytes();
     const size_t part = partBytes / es;
     TD_CHECK(part > 0, "tunedist: reduce_scatter: slot too small for ", size_, " ranks");
     std::vector<const void*> srcs(static_cast<size_t>(size_));

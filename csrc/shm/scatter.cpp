@@ -15,7 +15,7 @@ void ShmComm::scatter(const OpContext& ctx, const void* const* ins, void* out, s
   TD_CHECK(root >= 0 && root < size_, "tunedist: scatter (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
            " is outside the group of ", size_);
   runOp(ctx, makeDesc(OpCode::kScatter, ctx.seq, bytes, root), [&] {
-    const size_t part = (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine;
+    const size_t part = slotPartBytes();
     TD_CHECK(part > 0, "tunedist: scatter: slot too small for ", size_, " ranks");
     for (size_t off = 0; off < bytes || off == 0; off += part) {
       const size_t n = std::min(part, bytes - off);

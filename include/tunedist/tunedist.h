@@ -6,8 +6,11 @@
 //   std::vector<at::Tensor> t{at::ones({1024})};
 //   backend->allreduce(t)->wait();
 //
-// CPU tensors go through shared memory among the ranks of this host. Tunables come from the environment
-// (TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS, TUNEDIST_DEAD_AFTER_MS).
+// CPU tensors go through shared memory among the ranks of this host; a group made here must fit on one host (a
+// group that spans hosts needs the gloo factory that `import tunedist` gives it from Python). CUDA tensors go to
+// NCCL. Tunables come from the environment (TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS,
+// TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S, TUNEDIST_SIMD, TUNEDIST_HOST_ID,
+// TUNEDIST_CROSS_HOST_CHUNK_BYTES): see csrc/core/options.h.
 #pragma once
 
 #include <chrono>
