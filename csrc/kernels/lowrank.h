@@ -1,4 +1,4 @@
-// Low-rank (PowerSGD) kernels on row-major float32 matrices, for the DDP hooks (hooks/powersgd_hook.cpp).
+// Low-rank (PowerSGD) kernels on row-major float32 matrices, for the DDP hooks (csrc/hooks/powersgd/).
 // A gradient M (rows x cols) is approximated by P Q^T with P (rows x r) and Q (cols x r), r small (1-32 in
 // practice). BLAS is slow at this shape: MKL's sgemm at r = 2..4 runs 4-5x below the memory bandwidth that a
 // product reading M once reaches. Each kernel reads M once, and the decompression writes M and its error feedback

@@ -6,10 +6,11 @@
 // compressed matrix's values are computed in that same pass: writePQt).
 // Elsewhere (and in batched_powerSGD_hook): add and copy in one pass (addErrorFeedback; on CUDA a fused kernel of
 // hooks/cuda when built with it), subtract the whole buffer at the end. The error arithmetic is torch's (a + b, a - b).
+#include "hooks/powersgd/error_feedback.h"
+
 #include <ATen/Parallel.h>
 
 #include "hooks/cuda/cuda_kernels.h"
-#include "hooks/hook_common.h"
 
 namespace tunedist::hooks {
 namespace {

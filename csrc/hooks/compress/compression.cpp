@@ -1,11 +1,12 @@
-// Compression kernels; see tunedist/hooks/kernels.h. fp16/bf16 compression of CPU float32 tensors runs the engine's
-// fused one-pass kernels (shm/kernels/compress.h: cast, divide, cast again, rounding as torch's hooks; in place
-// without a second buffer); CUDA float32 tensors one fused pass of hooks/cuda when built with it (torch's CUDA
-// rounding); other devices or layouts use ATen's copy_ and div_.
+// fp16/bf16 compression of tensors (the kernels of compress_hook.cpp and low_precision_wrapper.cpp); see
+// tunedist/hooks/kernels.h. CPU float32 tensors run the engine's fused one-pass kernels (kernels/compress.h: cast,
+// divide, cast again, rounding as torch's hooks; in place without a second buffer); CUDA float32 tensors one fused
+// pass of hooks/cuda when built with it (torch's CUDA rounding); other devices or layouts use ATen's copy_ and div_.
 #include "tunedist/hooks/kernels.h"
 
 #include <cstdint>
 
+#include "hooks/common.h"
 #include "hooks/cuda/cuda_kernels.h"
 #include "kernels/compress.h"
 
@@ -26,17 +27,12 @@ shm::LowPrecision lowPrecision(at::ScalarType dtype) {
 
 // Whether the fused kernels handle this pair: CPU, contiguous, float32 on the wide side.
 bool fusedPair(const at::Tensor& lowp, const at::Tensor& wide) {
-  return lowp.is_cpu() && wide.is_cpu() && wide.scalar_type() == at::kFloat && lowp.is_contiguous() &&
-         wide.is_contiguous();
+  return cpuFloat(wide) && lowp.is_cpu() && lowp.is_contiguous();
 }
 
 }  // namespace
 
-bool cudaKernelsBuilt() { return cuda::kBuilt; }
-
-bool canCompressInPlace(const at::Tensor& buffer) {
-  return buffer.is_cpu() && buffer.scalar_type() == at::kFloat && buffer.is_contiguous() && buffer.dim() == 1;
-}
+bool canCompressInPlace(const at::Tensor& buffer) { return cpuFloat(buffer) && buffer.dim() == 1; }
 
 at::Tensor compressInPlace(at::Tensor& buffer, at::ScalarType dtype, int64_t divisor) {
   TORCH_CHECK(canCompressInPlace(buffer), "tunedist.hooks.compressInPlace: needs a contiguous 1-D CPU float32 tensor");
@@ -80,10 +76,6 @@ void decompressInto(at::Tensor& dst, const at::Tensor& src) {
     return;
   }
   dst.copy_(src.view_as(dst));
-}
-
-bool shouldCompress(int64_t n, int64_t m, int64_t rank, double minCompressionRate) {
-  return static_cast<double>((n + m) * rank) * minCompressionRate < static_cast<double>(n * m);
 }
 
 }  // namespace tunedist::hooks

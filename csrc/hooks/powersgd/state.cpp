@@ -1,11 +1,12 @@
-// PowerSgdState and the helpers both PowerSGD hooks share; see tunedist/hooks/powersgd_state.h.
+// PowerSgdState (tunedist/hooks/powersgd_state.h) and what both PowerSGD hooks share around it (state.h): the
+// start of a step, the reused buffers and P/Q memories, Q's seeding, P's allreduce, the end of a step.
 #include "tunedist/hooks/powersgd_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
-#include "hooks/hook_common.h"
+#include "hooks/powersgd/state.h"
 
 namespace tunedist::hooks {
 namespace {
@@ -56,6 +57,37 @@ int64_t PowerSgdState::workspaceBytes() {
   return total;
 }
 
+PowerSgdStart startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
+                            c10d::GradBucket& bucket, const char* op) {
+  TORCH_CHECK(state, op, ": the state is None; pass a tunedist.hooks.powerSGD.PowerSGDState");
+  TORCH_CHECK(group, op, ": no process group");
+  PowerSgdStart start{std::unique_lock<std::mutex>(state->mutex), {}, bucket.getBufferRef(),
+                      static_cast<int64_t>(bucket.getIndex())};
+  if (state->iter >= state->options.startPowerSgdIter) return start;
+  state->maybeIncreaseIter(bucket.isLast());
+  start.lock.unlock();
+  start.allreduced = allreduceMean(group, start.input);
+  return start;
+}
+
+at::Tensor reuse(at::Tensor& slot, at::IntArrayRef sizes, const at::TensorOptions& options) {
+  if (!slot.defined() || slot.sizes() != sizes || slot.scalar_type() != options.dtype().toScalarType() ||
+      slot.device() != options.device()) {
+    slot = at::empty(sizes, options);
+  }
+  return slot;
+}
+
+bool prepareMemories(PowerSgdState& state, int64_t index, at::IntArrayRef pSizes, at::IntArrayRef qSizes,
+                     const at::TensorOptions& options) {
+  const bool warm = state.options.warmStart;
+  if (warm && state.pMemoryDict.count(index)) return false;
+  PowerSgdWorkspace& ws = state.workspaces[index];
+  state.pMemoryDict[index] = warm ? at::empty(pSizes, options) : reuse(ws.p, pSizes, options);
+  state.qMemoryDict[index] = warm ? at::empty(qSizes, options) : reuse(ws.q, qSizes, options);
+  return true;
+}
+
 void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs) {
   const auto seed = static_cast<uint64_t>(state.rng.randint(kSeedBound));
   at::Generator gen = at::detail::createCPUGenerator(seed);
@@ -69,17 +101,19 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs) {
   }
 }
 
-PowerSgdStart startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
-                            c10d::GradBucket& bucket, const char* op) {
-  TORCH_CHECK(state, op, ": the state is None; pass a tunedist.hooks.powerSGD.PowerSGDState");
-  TORCH_CHECK(group, op, ": no process group");
-  PowerSgdStart start{std::unique_lock<std::mutex>(state->mutex), {}, bucket.getBufferRef(),
-                      static_cast<int64_t>(bucket.getIndex())};
-  if (state->iter >= state->options.startPowerSgdIter) return start;
-  state->maybeIncreaseIter(bucket.isLast());
-  start.lock.unlock();
-  start.allreduced = allreduceMean(group, start.input);
-  return start;
+void allreducePAndWait(const GroupPtr& group, const at::Tensor& p, const char* op) {
+  FuturePtr fut = allreduceSum(group, p);
+  fut->wait();
+  TORCH_CHECK(!fut->hasError(), op, ": rank ", groupRank(group), ": allreduce of P failed: ",
+              fut->tryRetrieveErrorMessage());
+}
+
+void endPowerSgdStep(PowerSgdState& state, bool isLast) {
+  if (!state.options.warmStart) {
+    state.pMemoryDict.clear();
+    state.qMemoryDict.clear();
+  }
+  state.maybeIncreaseIter(isLast);
 }
 
 }  // namespace tunedist::hooks

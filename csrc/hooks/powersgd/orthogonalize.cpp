@@ -1,11 +1,11 @@
 // PowerSGD's orthogonalisation of a batch of low-rank matrices (B, rows, r); see tunedist/hooks/kernels.h.
-// Gram-Schmidt on contiguous CPU float32 runs our loop (shm/kernels/lowrank.h: no per-column ATen calls, sums in
+// Gram-Schmidt on contiguous CPU float32 runs our loop (kernels/lowrank.h: no per-column ATen calls, sums in
 // double), which agrees with torch's to float rounding; elsewhere the operation sequence is torch's (same ATen ops
 // in the same order), bit for bit.
 #include <ATen/ATen.h>
 
+#include "hooks/common.h"
 #include "kernels/lowrank.h"
-
 #include "tunedist/hooks/kernels.h"
 
 namespace tunedist::hooks {
@@ -39,7 +39,7 @@ void orthogonalize(at::Tensor& matrices, double epsilon) {
   const int64_t rank = matrices.size(2);
   const auto dtype = matrices.scalar_type();
   if (rank <= 2 || dtype == at::kHalf || dtype == at::kBFloat16) {
-    if (matrices.is_cpu() && dtype == at::kFloat && matrices.is_contiguous()) {
+    if (cpuFloat(matrices)) {
       float* base = matrices.data_ptr<float>();
       const int64_t rows = matrices.size(1);
       for (int64_t b = 0; b < matrices.size(0); ++b) {

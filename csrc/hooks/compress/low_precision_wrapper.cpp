@@ -1,8 +1,10 @@
 // fp16_compress_wrapper / bf16_compress_wrapper around another C++ hook: the inner hook sees the bucket cast to
 // the low precision (no division: the inner hook divides), its result is cast back into the original bucket.
+// Casts: compression.cpp; buffers: pool.cpp.
 #include <ATen/core/jit_type.h>
 
-#include "hooks/hook_common.h"
+#include "hooks/common.h"
+#include "hooks/compress/pool.h"
 
 namespace tunedist::hooks {
 namespace {

@@ -1,13 +1,15 @@
 // powerSGD_hook: layer-wise PowerSGD with torch's semantics (powerSGD_hook.py), in C++ for the whole bucket.
 //
-// Before start_powerSGD_iter: allreduce_hook. Afterwards, per bucket:
-//  1. error feedback: bucket += error (ErrorFeedback; a compressed matrix on our kernels gets it in step 5's pass);
+// Before start_powerSGD_iter: allreduce_hook (state.cpp: startPowerSgd). Afterwards, per bucket:
+//  1. error feedback: bucket += error (ErrorFeedback, error_feedback.cpp; a compressed matrix on our kernels gets it
+//     in step 5's pass);
 //  2. classify each gradient, viewed as (n, m = numel / n): compressed iff (n + m) r * min_rate < n m
-//     (r = min(n, m, rank)); the others (all vectors) go, concatenated, into one uncompressed buffer;
+//     (r = min(n, m, rank); shouldCompress); the others (all vectors) go, concatenated, into one uncompressed buffer;
 //  3. group compressed matrices by shape (first-seen order), optionally one batch per shape; P (B, n, r) and
 //     Q (B, m, r) are views into one P memory and one Q memory. CPU float32 batches run our low-rank kernels
 //     matrix by matrix (low_rank.cpp: nothing stacked); others are stacked and run ATen's bmm as torch's hook;
-//  4. Q: warm start orthogonalises last step's Q, otherwise a seeded standard normal, orthogonalised;
+//  4. Q: warm start orthogonalises last step's Q, otherwise a seeded standard normal (state.cpp: prepareMemories,
+//     fillQsWithNormal), orthogonalised (orthogonalize.cpp);
 //  5. P = M Q; allreduce the uncompressed buffer and the P memory (issued together, on this thread, so every
 //     rank issues collectives in the same order); wait for P;
 //  6. orthogonalise P; Q = M^T P; allreduce the Q memory;
@@ -24,7 +26,9 @@
 #include <functional>
 #include <map>
 
-#include "hooks/hook_common.h"
+#include "hooks/powersgd/error_feedback.h"
+#include "hooks/powersgd/low_rank.h"
+#include "hooks/powersgd/state.h"
 
 namespace tunedist::hooks {
 namespace {
@@ -46,6 +50,14 @@ struct Plan {
   int64_t totalPs = 0;
   int64_t totalQs = 0;
 };
+
+}  // namespace
+
+bool shouldCompress(int64_t n, int64_t m, int64_t rank, double minCompressionRate) {
+  return static_cast<double>((n + m) * rank) * minCompressionRate < static_cast<double>(n * m);
+}
+
+namespace {
 
 int64_t rankFor(const PowerSgdState& state, int64_t n, int64_t m) {
   return std::min({n, m, state.options.matrixApproximationRank});
@@ -76,14 +88,6 @@ Plan planCompression(PowerSgdState& state, const std::vector<at::Tensor>& grads)
   return plan;
 }
 
-at::Tensor reuse(at::Tensor& slot, at::IntArrayRef sizes, const at::TensorOptions& options) {
-  if (!slot.defined() || slot.sizes() != sizes || slot.scalar_type() != options.dtype().toScalarType() ||
-      slot.device() != options.device()) {
-    slot = at::empty(sizes, options);
-  }
-  return slot;
-}
-
 at::Tensor packUncompressed(PowerSgdWorkspace& ws, const std::vector<at::Tensor>& tensors, const ErrorFeedback& error,
                             const at::TensorOptions& options) {
   int64_t total = 0;
@@ -96,21 +100,6 @@ at::Tensor packUncompressed(PowerSgdWorkspace& ws, const std::vector<at::Tensor>
     offset += t.numel();
   }
   return memory;
-}
-
-// Step 4's memory: the dict entries (warm start) or the workspace. Returns whether Q must be drawn afresh.
-bool prepareMemories(PowerSgdState& state, PowerSgdWorkspace& ws, int64_t index, const Plan& plan,
-                     const at::TensorOptions& options) {
-  const bool warm = state.options.warmStart;
-  if (warm && state.pMemoryDict.count(index)) {
-    TORCH_CHECK(state.pMemoryDict[index].numel() == plan.totalPs && state.qMemoryDict[index].numel() == plan.totalQs,
-                kOp, ": the warm-start memories of bucket ", index, " do not fit its gradients (the buckets changed "
-                "since they were made or loaded; restore the state into the same model configuration)");
-    return false;
-  }
-  state.pMemoryDict[index] = warm ? at::empty({plan.totalPs}, options) : reuse(ws.p, {plan.totalPs}, options);
-  state.qMemoryDict[index] = warm ? at::empty({plan.totalQs}, options) : reuse(ws.q, {plan.totalQs}, options);
-  return true;
 }
 
 // Step 3: batches with their P/Q views, in torch's order. The error of a native batch's matrices is added with
@@ -235,11 +224,7 @@ at::Tensor decompress(PowerSgdState& state, Step& step, int worldSize) {
   for (auto& batch : step.batches) writeBatch(batch, step.error);
   step.error.finish();
   std::lock_guard<std::mutex> guard(state.mutex);
-  if (!state.options.warmStart) {
-    state.pMemoryDict.clear();
-    state.qMemoryDict.clear();
-  }
-  state.maybeIncreaseIter(step.isLast);
+  endPowerSgdStep(state, step.isLast);
   return step.input;
 }
 
@@ -291,9 +276,12 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
   state.reportCompressionStats(bucket);
   PowerSgdWorkspace& ws = state.workspaces[index];
   at::Tensor uncompressedMemory = packUncompressed(ws, plan.uncompressed, error, input.options());
-  const bool randomize = prepareMemories(state, ws, index, plan, input.options());
+  const bool randomize = prepareMemories(state, index, {plan.totalPs}, {plan.totalQs}, input.options());
   at::Tensor pMemory = state.pMemoryDict[index];
   at::Tensor qMemory = state.qMemoryDict[index];
+  TORCH_CHECK(pMemory.numel() == plan.totalPs && qMemory.numel() == plan.totalQs, kOp,
+              ": the warm-start memories of bucket ", index, " do not fit its gradients (the buckets changed since "
+              "they were made or loaded; restore the state into the same model configuration)");
   auto step = std::make_shared<Step>(Step{input, uncompressedMemory, std::move(plan.uncompressed),
                                           makeBatches(state, ws, plan, error, pMemory, qMemory), qMemory,
                                           std::move(error), bucket.isLast()});
@@ -302,10 +290,7 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
 
   for (auto& b : step->batches) computeP(b, step->error);
   FuturePtr uncompressedFut = allreduceSum(group, uncompressedMemory);
-  FuturePtr pFut = allreduceSum(group, pMemory);
-  pFut->wait();
-  TORCH_CHECK(!pFut->hasError(), kOp, ": rank ", groupRank(group), ": allreduce of P failed: ",
-              pFut->tryRetrieveErrorMessage());
+  allreducePAndWait(group, pMemory, kOp);
   for (auto& b : step->batches) {
     orthogonalize(b.p, state.options.orthogonalizationEpsilon);
     computeQ(b);

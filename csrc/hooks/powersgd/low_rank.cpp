@@ -1,12 +1,15 @@
-// PowerSGD's matrix products (see hook_common.h): our low-rank kernels (shm/kernels/lowrank.h) on contiguous CPU
-// float32 tensors, ATen's mm elsewhere. Rows (or, for M^T P, columns) are split over ATen's intra-op threads; each
-// output element is computed by one thread, so the split never changes a result.
+// PowerSGD's matrix products (tunedist/hooks/kernels.h, low_rank.h): our low-rank kernels (kernels/lowrank.h) on
+// contiguous CPU float32 tensors, ATen's mm elsewhere. Rows (or, for M^T P, columns) are split over ATen's intra-op
+// threads; each output element is computed by one thread, so the split never changes a result.
+#include "hooks/powersgd/low_rank.h"
+
 #include <ATen/Parallel.h>
 
 #include <vector>
 
-#include "hooks/hook_common.h"
+#include "hooks/common.h"
 #include "kernels/lowrank.h"
+#include "tunedist/hooks/kernels.h"
 
 namespace tunedist::hooks {
 namespace {

@@ -1,4 +1,5 @@
-// numpy's legacy MT19937 (randomkit) and its masked-rejection bounded integers; see numpy_random.h.
+// numpy's legacy MT19937 (randomkit) and its masked-rejection bounded integers, PowerSGD's seed source; see
+// tunedist/hooks/numpy_random.h.
 #include "tunedist/hooks/numpy_random.h"
 
 #include <stdexcept>
