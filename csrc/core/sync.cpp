@@ -4,13 +4,17 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "core/error.h"
 
 namespace tunedist::shm {
 namespace {
@@ -94,6 +98,47 @@ bool processCertainlyGone(const ProcessIdentity& who) {
     return false;
   }
   return state == 'Z' || state == 'X' || (who.startTime != 0 && start != who.startTime);
+}
+
+void futexWaitAny(const std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>>& words,
+                  std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
+                  bool* supported) {
+  TD_ASSERT(!words.empty());
+  auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) {
+    return;
+  }
+#if defined(SYS_futex_waitv) && defined(FUTEX_WAITV_MAX)
+  if (*supported && words.size() > 1 && words.size() <= FUTEX_WAITV_MAX) {
+    struct futex_waitv waiters[FUTEX_WAITV_MAX];
+    std::memset(waiters, 0, sizeof(waiters));
+    for (size_t i = 0; i < words.size(); ++i) {
+      waiters[i].val = words[i].second;
+      waiters[i].uaddr = reinterpret_cast<uintptr_t>(words[i].first);
+      // Not FUTEX_PRIVATE_FLAG: the rings' bells are shared with other processes.
+      waiters[i].flags = FUTEX_32;
+    }
+    struct timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)left.count() * 1000;
+    ts.tv_sec += time_t(ns / 1000000000LL);
+    ts.tv_nsec = long(ns % 1000000000LL);
+    long rc = syscall(SYS_futex_waitv, waiters, (unsigned)words.size(), 0u, &ts, CLOCK_MONOTONIC);
+    if (rc >= 0 || (errno != ENOSYS && errno != EPERM)) {
+      // Woken, a value already differed (EAGAIN), a signal or the timeout: the caller re-checks everything.
+      return;
+    }
+    // An old kernel or a seccomp filter without futex_waitv: poll the other words from now on.
+    *supported = false;
+  }
+#else
+  *supported = false;
+#endif
+  auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(left + std::chrono::microseconds(999));
+  if (words.size() > 1) {
+    slice = std::min(slice, fallbackSlice);
+  }
+  futexWait(words[0].first, words[0].second, std::max(slice, std::chrono::milliseconds(1)));
 }
 
 }  // namespace tunedist::shm

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace tunedist::shm {
 
@@ -12,6 +14,13 @@ namespace tunedist::shm {
 // Returns when woken, when *word != expected, on a signal, or after `timeout`.
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout);
 void futexWakeAll(std::atomic<uint32_t>* word);
+
+// Sleeps until one of `words` differs from its expected value, somebody wakes it, or `deadline` passes. Uses
+// futex_waitv (Linux 5.16+); where the kernel (or a seccomp policy) refuses it, sleeps on the first word only
+// with slices of at most `fallbackSlice`, so the others are polled. `supported` carries that finding across calls.
+void futexWaitAny(const std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>>& words,
+                  std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
+                  bool* supported);
 
 // One pause hint (x86 `pause`), so a spinning waiter leaves the core's resources to its sibling.
 inline void cpuRelax() {

@@ -1,11 +1,16 @@
-// P2pEngine: the public API, the progress and heartbeat threads, how the progress thread sleeps, and shutdown.
-// The work of one progress pass is in p2p_progress.cpp (sends), p2p_recv.cpp (receives) and p2p_failure.cpp.
+// P2pEngine: the public API, the inbox, the progress thread with its sleep and wake, and shutdown. The work itself
+// is in Progress (progress.h): the channels (send_channel.h, recv_channel.h) and the matcher (matcher.h).
+//
+// Threads: callers only append to the inbox (under mutex_) and ring localBell_. Everything else belongs to the
+// progress thread: Progress, the channels, the queued sends, the posted receives and the unexpected messages. A
+// small heartbeat thread (heartbeat.h) bumps our heartbeat in every mapped ring, so a long Done callback on the
+// progress thread never makes peers think this process died.
 //
 // The progress thread, step by step:
 //   1. Take new operations from the inbox (callers append under mutex_ and ring localBell_).
-//   2. One pass: write queued sends into their rings, read messages out of the rings that somebody here waits
-//      for, look up rings not found yet in the rendezvous, and fail operations past their deadline or whose
-//      peer is gone.
+//   2. One pass (Progress::pass): write queued sends into their rings, read messages out of the rings that
+//      somebody here waits for, look up rings not found yet in the rendezvous, and fail operations past their
+//      deadline or whose peer is gone.
 //   3. If nothing moved: spin for at most kSpinTime (and options.spinIters passes), then yield a few times, then
 //      sleep on a futex. The sleep watches
 //      localBell_ and the bell of every ring we wait on, so a peer's store to head/tail, an error report or a
@@ -14,16 +19,25 @@
 #include "shm/p2p/engine.h"
 
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
-#include "shm/p2p/impl.h"
 #include "core/sync.h"
+#include "shm/p2p/context.h"
+#include "shm/p2p/heartbeat.h"
+#include "shm/p2p/op.h"
+#include "shm/p2p/progress.h"
 
 namespace tunedist::shm {
 namespace {
+
+using p2p::Op;
+using p2p::OpPtr;
 
 constexpr int kYieldRounds = 16;
 // Longest busy poll before yielding: a peer that answers within this saves a futex wake-up (some microseconds).
@@ -32,10 +46,62 @@ constexpr std::chrono::microseconds kSpinTime{5};
 constexpr std::chrono::milliseconds kFallbackSlice{1};
 // With nothing pending the thread only waits for new operations.
 constexpr std::chrono::milliseconds kIdleSleep{1000};
-// How long a destroyed engine waits for receivers to map rings that still hold messages they have not seen.
-constexpr std::chrono::milliseconds kLinger{3000};
+
+// A new operation, checked by the caller.
+OpPtr makeOp(bool isSend, int peer, int tag, char* data, size_t bytes, P2pEngine::Clock::time_point deadline,
+             P2pEngine::Done done) {
+  auto op = std::make_unique<Op>();
+  op->isSend = isSend;
+  op->peer = peer;
+  op->tag = tag;
+  op->data = data;
+  op->bytes = bytes;
+  op->posted = P2pEngine::Clock::now();
+  op->deadline = deadline;
+  op->done = std::move(done);
+  return op;
+}
 
 }  // namespace
+
+struct P2pEngine::Impl {
+  Impl(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options);
+
+  void post(OpPtr op);
+  void ensureThreads();  // under mutex_
+  void wakeProgress();
+  void progressLoop();
+  bool intake();
+  void sleep(Clock::time_point now);
+  void shutdown();
+
+  std::shared_ptr<Rendezvous> rendezvous_;
+  const int rank_;
+  const int size_;
+  const ShmOptions options_;
+
+  // Caller-facing state, under mutex_.
+  std::mutex mutex_;
+  std::vector<OpPtr> inbox_;
+  bool stopping_ = false;
+  std::string abortReason_;
+  bool started_ = false;
+  std::atomic<bool> inboxPending_{false};
+  std::atomic<uint32_t> localBell_{0};
+  std::atomic<bool> sleeping_{false};
+  std::thread progress_;
+  // Set when the engine is destroyed from its own progress thread (in a Done callback): the thread frees it.
+  std::unique_ptr<Impl> selfOwned_;
+
+  p2p::Heartbeat heartbeat_;
+  const p2p::Context ctx_;
+
+  // Progress-thread state.
+  p2p::Progress work_;
+  std::string aborted_;  // the progress thread's copy of abortReason_
+  bool stopRequested_ = false;
+  bool waitvSupported_ = true;
+};
 
 P2pEngine::P2pEngine(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options)
     : impl_(std::make_unique<Impl>(std::move(rendezvous), rank, size, options)) {}
@@ -60,7 +126,7 @@ P2pEngine::~P2pEngine() {
   if (im.progress_.joinable()) {
     im.progress_.join();
   }
-  im.stopHeartbeat();
+  im.heartbeat_.stop();
 }
 
 void P2pEngine::isend(int dst, int tag, const void* data, size_t bytes, Clock::time_point deadline, Done done) {
@@ -70,16 +136,8 @@ void P2pEngine::isend(int dst, int tag, const void* data, size_t bytes, Clock::t
   TD_CHECK(data != nullptr || bytes == 0, "tunedist: send on rank ", im.rank_, " to rank ", dst,
            ": null buffer for ", bytes, " bytes");
   TD_CHECK(done != nullptr, "tunedist: send on rank ", im.rank_, ": no completion callback");
-  auto op = std::make_unique<P2pOp>();
-  op->isSend = true;
-  op->peer = dst;
-  op->tag = tag;
-  op->data = static_cast<char*>(const_cast<void*>(data));  // only read from
-  op->bytes = bytes;
-  op->posted = Clock::now();
-  op->deadline = deadline;
-  op->done = std::move(done);
-  impl_->post(std::move(op));
+  // const_cast: a send only reads from `data`.
+  impl_->post(makeOp(true, dst, tag, static_cast<char*>(const_cast<void*>(data)), bytes, deadline, std::move(done)));
 }
 
 void P2pEngine::irecv(int src, int tag, void* data, size_t bytes, Clock::time_point deadline, Done done) {
@@ -90,15 +148,7 @@ void P2pEngine::irecv(int src, int tag, void* data, size_t bytes, Clock::time_po
   TD_CHECK(data != nullptr || bytes == 0, "tunedist: recv on rank ", im.rank_, ": null buffer for ", bytes,
            " bytes");
   TD_CHECK(done != nullptr, "tunedist: recv on rank ", im.rank_, ": no completion callback");
-  auto op = std::make_unique<P2pOp>();
-  op->peer = src;
-  op->tag = tag;
-  op->data = static_cast<char*>(data);
-  op->bytes = bytes;
-  op->posted = Clock::now();
-  op->deadline = deadline;
-  op->done = std::move(done);
-  impl_->post(std::move(op));
+  impl_->post(makeOp(false, src, tag, static_cast<char*>(data), bytes, deadline, std::move(done)));
 }
 
 void P2pEngine::abort(const std::string& reason) {
@@ -118,10 +168,10 @@ P2pEngine::Impl::Impl(std::shared_ptr<Rendezvous> rendezvous, int rank, int size
       rank_(rank),
       size_(size),
       options_(options),
-      chunkBytes_(std::max(kCacheLine, options.p2pChannelBytes / 4 / kCacheLine * kCacheLine)),
-      in_(size_t(std::max(size, 0))),
-      out_(size_t(std::max(size, 0))),
-      want_(size_t(std::max(size, 0)), 0) {
+      heartbeat_(options_.heartbeatPeriod),
+      ctx_{rank, options_, std::max(kCacheLine, options_.p2pChannelBytes / 4 / kCacheLine * kCacheLine),
+           rendezvous_.get(), &heartbeat_},
+      work_(ctx_, std::max(size, 0)) {
   TD_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for group size ", size);
   options_.validate();
   TD_CHECK(rendezvous_ != nullptr, "tunedist: P2pEngine needs a rendezvous");
@@ -141,20 +191,20 @@ void P2pEngine::Impl::post(OpPtr op) {
     }
   }
   // Only reachable from a Done callback that runs while the engine shuts down.
-  std::string msg = detail::str("tunedist: ", describe(*op), " failed: the point-to-point engine is shutting down");
-  fail(std::move(op), errorOf<Error>(msg));
+  std::string msg =
+      detail::str("tunedist: ", p2p::describe(*op, rank_), " failed: the point-to-point engine is shutting down");
+  p2p::fail(std::move(op), p2p::errorOf<Error>(msg));
 }
 
 void P2pEngine::Impl::ensureThreads() {
   if (started_) {
     return;
   }
-  stopBeat_ = false;
-  heartbeat_ = std::thread([this] { heartbeatLoop(); });
+  heartbeat_.start();
   try {
     progress_ = std::thread([this] { progressLoop(); });
   } catch (...) {
-    stopHeartbeat();
+    heartbeat_.stop();
     throw;
   }
   started_ = true;
@@ -174,17 +224,20 @@ void P2pEngine::Impl::progressLoop() {
   Clock::time_point idleSince{};
   for (;;) {
     try {
+      // Step 1.
       bool moved = intake();
       if (stopRequested_) {
         break;
       }
       Clock::time_point now = Clock::now();
-      moved = pass(now) || moved;
+      // Step 2.
+      moved = work_.pass(now) || moved;
       if (moved) {
         idle = 0;
         continue;
       }
-      if (!hasPendingWork()) {
+      // Step 3.
+      if (!work_.hasPendingWork()) {
         sleep(now);
         continue;
       }
@@ -205,13 +258,13 @@ void P2pEngine::Impl::progressLoop() {
       // A bug or an allocation failure: nothing here can be trusted any more, so fail everything from now on.
       if (aborted_.empty()) {
         aborted_ = detail::str("tunedist: the point-to-point engine on rank ", rank_, " failed: ", e.what());
-        failAll(aborted_);
+        work_.failAll(aborted_);
       }
     }
   }
   shutdown();
   if (selfOwned_ != nullptr) {
-    stopHeartbeat();
+    heartbeat_.stop();
     std::unique_ptr<Impl> self = std::move(selfOwned_);
     // `self` frees this object on return; nothing may touch a member after this line.
   }
@@ -232,95 +285,33 @@ bool P2pEngine::Impl::intake() {
   }
   if (!abortReason.empty() && aborted_.empty()) {
     aborted_ = abortReason;
-    failAll(aborted_);
+    work_.failAll(aborted_);
   }
   for (OpPtr& op : ops) {
     if (!aborted_.empty()) {
-      std::string msg = detail::str("tunedist: ", describe(*op), " failed: ", aborted_);
-      fail(std::move(op), errorOf<Error>(msg));
-    } else if (op->isSend) {
-      postSend(std::move(op));
+      std::string msg = detail::str("tunedist: ", p2p::describe(*op, rank_), " failed: ", aborted_);
+      p2p::fail(std::move(op), p2p::errorOf<Error>(msg));
     } else {
-      postReceive(std::move(op));
+      work_.post(std::move(op));
     }
   }
   return !ops.empty() || !abortReason.empty();
 }
 
 void P2pEngine::Impl::sleep(Clock::time_point now) {
-  std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>> words;
-  std::vector<P2pRing*> rings;
   sleeping_.store(true, std::memory_order_seq_cst);
-  words.emplace_back(&localBell_, localBell_.load(std::memory_order_seq_cst));
-  bool ready = inboxPending_.load(std::memory_order_seq_cst);
-  Clock::time_point until = now + (hasPendingWork() ? options_.sleepSlice : kIdleSleep);
-  auto watch = [&](P2pRing& ring) {
-    P2pRingHeader& h = ring.header();
-    h.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    rings.push_back(&ring);
-    words.emplace_back(&h.bell, h.bell.load(std::memory_order_seq_cst));
-  };
-  // Register as a sleeper first, then re-check what the peer may have changed (the Dekker half of notify()).
-  for (size_t dst = 0; dst < out_.size() && !ready; ++dst) {
-    OutChannel& ch = out_[dst];
-    if (ch.ring != nullptr && !ch.queue.empty()) {
-      watch(*ch.ring);
-      ready = canWrite(ch) || ch.ring->header().errorState.load(std::memory_order_seq_cst) != 0 ||
-              ch.ring->header().receiverClosed.load(std::memory_order_seq_cst) != 0;
-    }
-  }
-  for (size_t src = 0; src < in_.size() && !ready; ++src) {
-    InChannel& ch = in_[src];
-    if (ch.ring == nullptr || !ch.failure.empty()) {
-      if (ch.ring == nullptr && ch.failure.empty() && want_[src]) {
-        until = std::min(until, ch.nextPoll);
-      }
-      continue;
-    }
-    if (ch.inMessage || want_[src]) {
-      watch(*ch.ring);
-      ready = ch.ring->header().head.load(std::memory_order_seq_cst) != ch.tail;
-    }
-  }
-  until = std::min(until, earliestDeadline());
-  if (rings.size() > 0) {
-    until = std::min(until, nextPeerCheck_);
-  }
-  if (!ready) {
-    futexWaitAny(words, until, kFallbackSlice, &waitvSupported_);
-  }
-  for (P2pRing* ring : rings) {
-    ring->header().sleepers.fetch_sub(1, std::memory_order_seq_cst);
-  }
-  sleeping_.store(false, std::memory_order_seq_cst);
-}
-
-void P2pEngine::Impl::heartbeatLoop() {
-  std::unique_lock<std::mutex> lock(beatMutex_);
-  while (!stopBeat_) {
-    for (std::atomic<uint64_t>* beat : beats_) {
-      // Release: a peer that sees the new count knows this process was alive a moment ago.
-      beat->fetch_add(1, std::memory_order_release);
-    }
-    beatCv_.wait_for(lock, options_.heartbeatPeriod, [this] { return stopBeat_; });
-  }
-}
-
-void P2pEngine::Impl::addBeat(P2pRing& ring) {
-  std::lock_guard<std::mutex> lock(beatMutex_);
-  ring.ownBeat().fetch_add(1, std::memory_order_release);
-  beats_.push_back(&ring.ownBeat());
-}
-
-void P2pEngine::Impl::stopHeartbeat() {
   {
-    std::lock_guard<std::mutex> lock(beatMutex_);
-    stopBeat_ = true;
-  }
-  beatCv_.notify_all();
-  if (heartbeat_.joinable()) {
-    heartbeat_.join();
-  }
+    BellSet bells(localBell_);
+    bool ready = inboxPending_.load(std::memory_order_seq_cst);
+    Clock::time_point until = now + (work_.hasPendingWork() ? options_.sleepSlice : kIdleSleep);
+    // Register as a sleeper on the rings first, then re-check what the peers may have changed (the Dekker half of
+    // P2pRing::notify()).
+    ready = ready || work_.watch(bells, &until);
+    if (!ready) {
+      bells.wait(until, kFallbackSlice, &waitvSupported_);
+    }
+  }  // unregisters from the rings
+  sleeping_.store(false, std::memory_order_seq_cst);
 }
 
 void P2pEngine::Impl::shutdown() {
@@ -329,41 +320,12 @@ void P2pEngine::Impl::shutdown() {
                                       " was destroyed (process group destroyed) with the operation pending")
                         : aborted_;
   // Operations posted by Done callbacks while we were stopping are failed too.
+  std::vector<OpPtr> late;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (OpPtr& op : inbox_) {
-      posted_.push_back(std::move(op));
-    }
-    inbox_.clear();
+    late.swap(inbox_);
   }
-  // Rings that hold complete messages their receiver has not seen (not those of a failed channel: what is in
-  // them can never be finished).
-  std::vector<P2pRing*> unseen;
-  for (OutChannel& ch : out_) {
-    if (aborted_.empty() && ch.ring != nullptr && ch.failure.empty() && ch.head > 0) {
-      unseen.push_back(ch.ring.get());
-    }
-  }
-  failAll(why);
-  linger(unseen);
-}
-
-void P2pEngine::Impl::linger(const std::vector<P2pRing*>& rings) {
-  // A send completes once its bytes are in the ring, so a receiver that has not mapped the ring yet would lose
-  // them when we unlink the name. Give such receivers a moment (bounded: a receiver may never come).
-  Clock::time_point until = Clock::now() + kLinger;
-  for (;;) {
-    bool waiting = false;
-    for (P2pRing* ring : rings) {
-      const P2pRingHeader& h = ring->header();
-      waiting = waiting || (h.receiverAttached.load(std::memory_order_acquire) == 0 &&
-                            h.receiverClosed.load(std::memory_order_acquire) == 0);
-    }
-    if (!waiting || Clock::now() >= until) {
-      return;
-    }
-    usleep(1000);
-  }
+  work_.close(why, aborted_.empty(), std::move(late));
 }
 
 }  // namespace tunedist::shm

@@ -1,60 +1,70 @@
-// One progress pass of P2pEngine (the pass itself, bookkeeping, and sends); receives are in p2p_recv.cpp.
-//
-// A send (us -> dst), in order per destination:
-//   1. The first send to dst creates the ring (ShmSegment::create) and announces its name under
-//      tunedist_p2p_<src>_<dst>.
-//   2. When 64 bytes are free at head: write the message header. Then copy the payload in chunks as space frees,
-//      publishing head (release) after each chunk, so the receiver drains while we fill.
-//   3. The send completes when its last byte (plus padding) is in the ring: the caller's buffer is free again.
+#include "shm/p2p/progress.h"
+
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
-#include "shm/p2p/impl.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::p2p {
 namespace {
 
 constexpr std::chrono::milliseconds kPeerCheckInterval{10};
+// Each rendezvous poll is a store round trip (c10d's TCPStore), so a pass makes only a few.
+constexpr int kMaxPollsPerPass = 4;
+// How long a destroyed engine waits for receivers to map rings that still hold messages they have not seen.
+constexpr std::chrono::milliseconds kLinger{3000};
 
 }  // namespace
 
-std::string P2pEngine::Impl::describe(const P2pOp& op) const {
-  if (op.isSend) {
-    return detail::str("send to rank ", op.peer, " (tag ", op.tag, ", ", op.bytes, " bytes) on rank ", rank_);
-  }
-  return detail::str("recv from ", op.peer < 0 ? std::string("any source") : detail::str("rank ", op.peer),
-                     " (tag ", op.tag, ", ", op.bytes, " bytes) on rank ", rank_);
-}
-
-void P2pEngine::Impl::complete(OpPtr op, int srcRank) {
-  Done done = std::move(op->done);
-  op.reset();
-  try {
-    done(nullptr, srcRank);
-  } catch (...) {
-    // Done must not throw; if it does, the progress thread (every other operation) matters more than its error.
+Progress::Progress(const Context& ctx, int size) : ctx_(ctx), matcher_(ctx.rank, size) {
+  out_.reserve(size_t(size));
+  in_.reserve(size_t(size));
+  for (int peer = 0; peer < size; ++peer) {
+    out_.emplace_back(ctx_, peer);
+    in_.emplace_back(ctx_, matcher_, peer);
   }
 }
 
-void P2pEngine::Impl::fail(OpPtr op, std::exception_ptr error) {
-  Done done = std::move(op->done);
-  int peer = op->peer;
-  op.reset();
-  try {
-    // Moved, so that no reference stays on this thread once Done handed the error on.
-    done(std::move(error), peer);
-  } catch (...) {
-    // As in complete().
+void Progress::post(OpPtr op) {
+  if (op->isSend) {
+    out_[size_t(op->peer)].post(std::move(op));
+  } else {
+    postReceive(std::move(op));
   }
 }
 
-bool P2pEngine::Impl::pass(Clock::time_point now) {
-  updateWanted();
-  bool moved = pumpSends(now);
-  moved = pumpReceives() || moved;
+void Progress::postReceive(OpPtr op) {
+  // Step 1 of a receive (recv_channel.h).
+  auto report = [this](int src, const std::string& text) { in_[size_t(src)].reportToSender(text); };
+  if (matcher_.takeUnexpected(op, report)) {
+    return;
+  }
+  for (size_t src = 0; src < in_.size(); ++src) {
+    bool relevant = op->peer == int(src) || (op->peer < 0 && int(src) != ctx_.rank);
+    if (relevant && !in_[src].admit(op)) {
+      return;
+    }
+  }
+  // Step 2.
+  matcher_.post(std::move(op));
+}
+
+bool Progress::pass(Clock::time_point now) {
+  matcher_.updateWanted();
+  bool moved = false;
+  for (SendChannel& ch : out_) {
+    if (ch.busy()) {
+      moved = ch.pump() || moved;
+    }
+  }
+  for (size_t src = 0; src < in_.size(); ++src) {
+    if (in_[src].active(matcher_.wants(int(src)))) {
+      moved = in_[src].pump() || moved;
+    }
+  }
   moved = discover(now) || moved;
-  checkDeadlines(now);
+  expire(now);
   if (now >= nextPeerCheck_) {
     nextPeerCheck_ = now + kPeerCheckInterval;
     checkPeers(now);
@@ -62,178 +72,117 @@ bool P2pEngine::Impl::pass(Clock::time_point now) {
   return moved;
 }
 
-void P2pEngine::Impl::updateWanted() {
-  std::fill(want_.begin(), want_.end(), 0);
-  for (const OpPtr& op : posted_) {
-    if (op->peer >= 0) {
-      want_[size_t(op->peer)] = 1;
-    } else {
-      std::fill(want_.begin(), want_.end(), 1);
-      want_[size_t(rank_)] = 0;
-      return;
+bool Progress::discover(Clock::time_point now) {
+  bool moved = false;
+  int polls = 0;
+  // Round-robin from where the last pass stopped, so the rings already found keep flowing.
+  for (size_t i = 0; i < in_.size() && polls < kMaxPollsPerPass; ++i) {
+    const size_t s = (discoverCursor_ + i) % in_.size();
+    if (!in_[s].pollDue(now, matcher_.wants(int(s)))) {
+      continue;
     }
+    ++polls;
+    discoverCursor_ = s + 1;
+    moved = in_[s].poll(now) || moved;
+  }
+  return moved;
+}
+
+void Progress::expire(Clock::time_point now) {
+  for (SendChannel& ch : out_) {
+    ch.expire(now);
+  }
+  matcher_.expirePosted(now, [this](const Op& op) { return receiveStall(op); });
+  for (RecvChannel& ch : in_) {
+    ch.expire(now);
+  }
+  matcher_.expireClaimed(now);
+}
+
+std::string Progress::receiveStall(const Op& op) const {
+  if (op.peer < 0) {
+    return detail::str("no message with tag ", op.tag, " arrived from any rank");
+  }
+  return in_[size_t(op.peer)].stall(op);
+}
+
+void Progress::checkPeers(Clock::time_point now) {
+  for (SendChannel& ch : out_) {
+    ch.checkPeer(now);
+  }
+  for (size_t src = 0; src < in_.size(); ++src) {
+    in_[src].checkPeer(now, matcher_.wants(int(src)));
   }
 }
 
-bool P2pEngine::Impl::hasPendingWork() const {
-  if (!posted_.empty()) {
-    return true;
-  }
-  for (const OutChannel& ch : out_) {
-    if (!ch.queue.empty()) {
-      return true;
-    }
-  }
-  for (const InChannel& ch : in_) {
-    if (ch.inMessage) {
-      return true;
-    }
-  }
-  return false;
+bool Progress::hasPendingWork() const {
+  auto sending = [](const SendChannel& ch) { return ch.busy(); };
+  auto receiving = [](const RecvChannel& ch) { return ch.inMessage(); };
+  return matcher_.hasPosted() || std::any_of(out_.begin(), out_.end(), sending) ||
+         std::any_of(in_.begin(), in_.end(), receiving);
 }
 
-P2pEngine::Clock::time_point P2pEngine::Impl::earliestDeadline() const {
-  Clock::time_point t = Clock::time_point::max();
-  for (const OutChannel& ch : out_) {
-    for (const OpPtr& op : ch.queue) {
-      t = std::min(t, op->deadline);
-    }
+bool Progress::watch(BellSet& bells, Clock::time_point* until) const {
+  bool ready = false;
+  for (size_t dst = 0; dst < out_.size() && !ready; ++dst) {
+    ready = out_[dst].watch(bells);
   }
-  for (const OpPtr& op : posted_) {
-    t = std::min(t, op->deadline);
+  for (size_t src = 0; src < in_.size() && !ready; ++src) {
+    ready = in_[src].watch(bells, matcher_.wants(int(src)), until);
   }
-  for (const InChannel& ch : in_) {
-    if (ch.receive != nullptr) {
-      t = std::min(t, ch.receive->deadline);
-    }
+  *until = std::min(*until, earliestDeadline());
+  if (bells.hasRings()) {
+    *until = std::min(*until, nextPeerCheck_);
   }
-  for (const Unexpected& u : unexpected_) {
-    if (u.claimedBy != nullptr) {
-      t = std::min(t, u.claimedBy->deadline);
-    }
+  return ready;
+}
+
+Clock::time_point Progress::earliestDeadline() const {
+  Clock::time_point t = matcher_.earliestDeadline();
+  for (const SendChannel& ch : out_) {
+    t = std::min(t, ch.earliestDeadline());
+  }
+  for (const RecvChannel& ch : in_) {
+    t = std::min(t, ch.earliestDeadline());
   }
   return t;
 }
 
-void P2pEngine::Impl::postSend(OpPtr op) {
-  OutChannel& ch = out_[size_t(op->peer)];
-  if (!ch.failure.empty()) {
-    std::string msg = detail::str("tunedist: ", describe(*op), " failed: ", ch.failure);
-    fail(std::move(op), ch.failureIsDead ? errorOf<PeerDeadError>(msg) : errorOf<Error>(msg));
-    return;
+void Progress::failAll(const std::string& reason) {
+  for (SendChannel& ch : out_) {
+    if (!ch.failed()) {
+      ch.fail(reason, false);
+    }
   }
-  ch.queue.push_back(std::move(op));
+  for (RecvChannel& ch : in_) {
+    if (!ch.failed()) {
+      ch.fail(reason, false, true);
+    }
+    ch.close();
+  }
+  matcher_.failAll(reason);
 }
 
-bool P2pEngine::Impl::canWrite(const OutChannel& ch) const {
-  if (ch.ring == nullptr || ch.queue.empty()) {
-    return false;
+void Progress::close(const std::string& why, bool lingerForReceivers, std::vector<OpPtr> late) {
+  for (OpPtr& op : late) {
+    matcher_.post(std::move(op));
   }
-  uint64_t used = ch.head - ch.ring->header().tail.load(std::memory_order_seq_cst);
-  uint64_t free = ch.ring->capacity() - used;
-  return free >= (ch.queue.front()->written == 0 ? kCacheLine : 1);
+  // Rings that hold complete messages their receiver has not seen (not those of a failed channel: what is in them
+  // can never be finished).
+  std::vector<const SendChannel*> unseen;
+  for (const SendChannel& ch : out_) {
+    if (lingerForReceivers && ch.holdsUnseen()) {
+      unseen.push_back(&ch);
+    }
+  }
+  failAll(why);
+  // A send completes once its bytes are in the ring, so a receiver that has not mapped the ring yet would lose them
+  // when we unlink the name. Give such receivers a moment (bounded: a receiver may never come).
+  Clock::time_point until = Clock::now() + kLinger;
+  while (std::any_of(unseen.begin(), unseen.end(), [](const SendChannel* ch) { return ch->receiverAbsent(); }) &&
+         Clock::now() < until) {
+    usleep(1000);
+  }
 }
 
-bool P2pEngine::Impl::pumpSends(Clock::time_point now) {
-  bool moved = false;
-  for (size_t dst = 0; dst < out_.size(); ++dst) {
-    if (!out_[dst].queue.empty()) {
-      moved = pumpSend(int(dst), out_[dst]) || moved;
-    }
-  }
-  return moved;
-}
-
-bool P2pEngine::Impl::createOutRing(int dst, OutChannel& ch) {
-  try {
-    ch.ring = P2pRing::create(rank_, dst, options_.p2pChannelBytes, options_.shmDir, options_.sweepMinAge);
-    // Step 1: announce the ring; the receiver maps it when it first wants our messages.
-    rendezvous_->set(p2pRingKey(rank_, dst), ch.ring->name());
-  } catch (const std::exception& e) {
-    // Fail the send that needed it; the next one tries again.
-    ch.ring.reset();
-    OpPtr op = std::move(ch.queue.front());
-    ch.queue.pop_front();
-    std::string msg = detail::str("tunedist: ", describe(*op), " failed: ", e.what());
-    fail(std::move(op), errorOf<Error>(msg));
-    return false;
-  }
-  addBeat(*ch.ring);
-  return true;
-}
-
-bool P2pEngine::Impl::pumpSend(int dst, OutChannel& ch) {
-  if (ch.ring == nullptr && !createOutRing(dst, ch)) {
-    return true;
-  }
-  P2pRing& ring = *ch.ring;
-  P2pRingHeader& h = ring.header();
-  bool moved = false;
-  // Acquire: the report's text is complete. The next send that starts carries it back to the caller.
-  if (h.errorState.load(std::memory_order_acquire) == uint32_t(P2pErrorState::kPosted)) {
-    ch.peerError.assign(h.errorText, strnlen(h.errorText, kP2pErrorBytes));
-    h.errorState.store(uint32_t(P2pErrorState::kEmpty), std::memory_order_release);
-    moved = true;
-  }
-  if (h.receiverClosed.load(std::memory_order_acquire) != 0) {
-    failOutChannel(dst, ch, detail::str("rank ", dst, " closed its point-to-point channel (its process group was "
-                                        "destroyed or aborted)"), true);
-    return true;
-  }
-  uint64_t budget = ring.capacity();
-  while (!ch.queue.empty() && budget > 0) {
-    P2pOp& op = *ch.queue.front();
-    if (op.written == 0 && !ch.peerError.empty()) {
-      std::string msg = detail::str("tunedist: ", describe(op), " failed: rank ", dst,
-                                    " rejected an earlier message from this rank: ", ch.peerError);
-      ch.peerError.clear();
-      OpPtr failed = std::move(ch.queue.front());
-      ch.queue.pop_front();
-      fail(std::move(failed), errorOf<Error>(msg));
-      moved = true;
-      continue;
-    }
-    // Acquire: the receiver is done with the bytes before tail.
-    uint64_t free = ring.capacity() - (ch.head - h.tail.load(std::memory_order_acquire));
-    uint64_t step = 0;
-    if (op.written == 0) {
-      if (free < kCacheLine) {
-        break;
-      }
-      P2pMsgHeader m{};
-      m.magic = kP2pMsgMagic;
-      m.seq = ch.nextSeq++;
-      m.bytes = op.bytes;
-      m.tag = op.tag;
-      ring.write(ch.head, &m, sizeof(m));
-      step = kCacheLine;
-      op.written = kCacheLine;
-    }
-    const uint64_t span = p2pMessageSpan(op.bytes);
-    uint64_t n = std::min({free - step, span - op.written, uint64_t(chunkBytes_), budget});
-    if (n > 0) {
-      // Payload offset of this piece; the padding after the payload is counted but not written.
-      uint64_t off = op.written - kCacheLine;
-      size_t dataBytes = off < op.bytes ? size_t(std::min<uint64_t>(n, op.bytes - off)) : 0;
-      ring.write(ch.head + step, op.data + off, dataBytes);
-      op.written += n;
-      step += n;
-      budget -= n;
-    }
-    if (step == 0) {
-      break;
-    }
-    ch.head += step;
-    // Step 2: publish the header and/or payload piece (release); the receiver may read up to head.
-    ring.publishCursor(ch.head);
-    moved = true;
-    if (op.written == span) {
-      OpPtr done = std::move(ch.queue.front());
-      ch.queue.pop_front();
-      complete(std::move(done), dst);
-    }
-  }
-  return moved;
-}
-
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::p2p

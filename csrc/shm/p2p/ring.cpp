@@ -1,12 +1,6 @@
 #include "shm/p2p/ring.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <new>
 
@@ -153,45 +147,26 @@ P2pRing::PeerState P2pRing::peerState(Clock::time_point now, std::chrono::millis
   return PeerState::kAlive;
 }
 
-void futexWaitAny(const std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>>& words,
-                  std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
-                  bool* supported) {
-  TD_ASSERT(!words.empty());
-  auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
-  if (left.count() <= 0) {
-    return;
+BellSet::BellSet(std::atomic<uint32_t>& ownBell) {
+  words_.emplace_back(&ownBell, ownBell.load(std::memory_order_seq_cst));
+}
+
+BellSet::~BellSet() {
+  for (P2pRing* ring : rings_) {
+    ring->header().sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
-#if defined(SYS_futex_waitv) && defined(FUTEX_WAITV_MAX)
-  if (*supported && words.size() > 1 && words.size() <= FUTEX_WAITV_MAX) {
-    struct futex_waitv waiters[FUTEX_WAITV_MAX];
-    std::memset(waiters, 0, sizeof(waiters));
-    for (size_t i = 0; i < words.size(); ++i) {
-      waiters[i].val = words[i].second;
-      waiters[i].uaddr = reinterpret_cast<uintptr_t>(words[i].first);
-      // Not FUTEX_PRIVATE_FLAG: the rings' bells are shared with other processes.
-      waiters[i].flags = FUTEX_32;
-    }
-    struct timespec ts {};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long ns = (long long)ts.tv_nsec + (long long)left.count() * 1000;
-    ts.tv_sec += time_t(ns / 1000000000LL);
-    ts.tv_nsec = long(ns % 1000000000LL);
-    long rc = syscall(SYS_futex_waitv, waiters, (unsigned)words.size(), 0u, &ts, CLOCK_MONOTONIC);
-    if (rc >= 0 || (errno != ENOSYS && errno != EPERM)) {
-      // Woken, a value already differed (EAGAIN), a signal or the timeout: the caller re-checks everything.
-      return;
-    }
-    // An old kernel or a seccomp filter without futex_waitv: poll the other words from now on.
-    *supported = false;
-  }
-#else
-  *supported = false;
-#endif
-  auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(left + std::chrono::microseconds(999));
-  if (words.size() > 1) {
-    slice = std::min(slice, fallbackSlice);
-  }
-  futexWait(words[0].first, words[0].second, std::max(slice, std::chrono::milliseconds(1)));
+}
+
+void BellSet::add(P2pRing& ring) {
+  P2pRingHeader& h = ring.header();
+  h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  rings_.push_back(&ring);
+  words_.emplace_back(&h.bell, h.bell.load(std::memory_order_seq_cst));
+}
+
+void BellSet::wait(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
+                   bool* waitvSupported) const {
+  futexWaitAny(words_, deadline, fallbackSlice, waitvSupported);
 }
 
 }  // namespace tunedist::shm

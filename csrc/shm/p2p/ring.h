@@ -1,6 +1,7 @@
-// P2pRing: this process's view of one point-to-point ring (see p2p_layout.h), as the sender or the receiver.
+// P2pRing: this process's view of one point-to-point ring (see layout.h), as the sender or the receiver.
 // It owns the mapping (ShmSegment) and knows how to copy bytes in and out of the circular data region, how to wake
-// the peer, and whether the peer is still there. It keeps no protocol state beyond that: the engine does.
+// the peer, and whether the peer is still there. It keeps no protocol state beyond that: the channel that owns it
+// does (send_channel.h, recv_channel.h).
 #pragma once
 
 #include <atomic>
@@ -70,11 +71,25 @@ class P2pRing {
   Clock::time_point lastBeatChange_;
 };
 
-// Sleeps until one of `words` differs from its expected value, somebody wakes it, or `deadline` passes. Uses
-// futex_waitv (Linux 5.16+); where the kernel (or a seccomp policy) refuses it, sleeps on the first word only
-// with slices of at most `fallbackSlice`, so the others are polled. `supported` carries that finding across calls.
-void futexWaitAny(const std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>>& words,
-                  std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
-                  bool* supported);
+// The futex words one sleep of the engine's progress thread watches: its own bell, and the bell of each ring added.
+// Adding a ring registers us as a sleeper on it (the Dekker half of P2pRing::notify()), so the caller adds the
+// rings first and then re-checks what their peers may have changed; the destructor unregisters.
+class BellSet {
+ public:
+  explicit BellSet(std::atomic<uint32_t>& ownBell);
+  ~BellSet();
+  BellSet(const BellSet&) = delete;
+  BellSet& operator=(const BellSet&) = delete;
+
+  void add(P2pRing& ring);
+  bool hasRings() const { return !rings_.empty(); }
+  // Sleeps until a bell rings or `deadline` (see futexWaitAny; `waitvSupported` carries its finding across calls).
+  void wait(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
+            bool* waitvSupported) const;
+
+ private:
+  std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>> words_;
+  std::vector<P2pRing*> rings_;
+};
 
 }  // namespace tunedist::shm
