@@ -195,8 +195,8 @@ c10::intrusive_ptr<c10d::Work> Executor::endCoalescing(std::chrono::milliseconds
   return launch(c10d::OpType::COALESCED, "tuned:coalesced", outputs, {}, true, timeout, 0,
                 [works](const shm::OpContext& ctx) {
                   for (const auto& w : works) {
-                    w->wait(std::chrono::duration_cast<std::chrono::milliseconds>(
-                        ctx.deadline - std::chrono::steady_clock::now()));
+                    w->wait(std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline -
+                                                                                  std::chrono::steady_clock::now()));
                   }
                 });
 }

@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "shm/comm.h"
 #include "core/error.h"
+#include "shm/comm.h"
 
 namespace tunedist {
 

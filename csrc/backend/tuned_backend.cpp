@@ -27,10 +27,9 @@ std::string versionString() {
   return std::string("tunedist ") + TUNEDIST_VERSION + " (torch " + TUNEDIST_TORCH_VERSION + ")";
 }
 
-c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                       int size, std::chrono::milliseconds timeout,
-                                                       NcclSide::CreatedHook onNcclCreated,
-                                                       GlooFactory glooFactory) {
+c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                       std::chrono::milliseconds timeout,
+                                                       NcclSide::CreatedHook onNcclCreated, GlooFactory glooFactory) {
   Options options;
   if (timeout.count() > 0) {
     options.cpu.timeout = timeout;
@@ -52,7 +51,8 @@ c10d::Backend& TunedBackend::cudaSide(const char* op, const DeviceScan& scan, bo
   c10d::Backend* nccl = nullptr;
   bool startCoalescing = false;
   try {
-    TORCH_CHECK(!scan.cpu, "mixes CPU and CUDA tensors; one call runs on one device type, so move all its tensors "
+    TORCH_CHECK(!scan.cpu,
+                "mixes CPU and CUDA tensors; one call runs on one device type, so move all its tensors "
                 "to the same device");
     nccl = &nccl_.get(getBoundDeviceId());
     {
@@ -87,8 +87,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce_coalesced(std::vector<at:
   return collective("all_reduce_coalesced", tensors).allreduce_coalesced(tensors, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::reduce(std::vector<at::Tensor>& tensors,
-                                                    const c10d::ReduceOptions& opts) {
+c10::intrusive_ptr<c10d::Work> TunedBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   return collective("reduce", tensors).reduce(tensors, opts);
 }
 
@@ -117,8 +116,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allgather_into_tensor_coalesced(std
 }
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                    std::vector<at::Tensor>& inputs,
-                                                    const c10d::GatherOptions& opts) {
+                                                    std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
   return collective("gather", outputs, inputs).gather(outputs, inputs, opts);
 }
 
@@ -139,8 +137,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::_reduce_scatter_base(at::Tensor& ou
   return collective("reduce_scatter_tensor", output, input)._reduce_scatter_base(output, input, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> TunedBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                             std::vector<at::Tensor>& inputs,
+                                                                             const c10d::ReduceScatterOptions& opts) {
   return collective("reduce_scatter_tensor_coalesced", outputs, inputs)
       .reduce_scatter_tensor_coalesced(outputs, inputs, opts);
 }
@@ -153,8 +152,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall_base(at::Tensor& output, a
       .alltoall_base(output, input, outputSplitSizes, inputSplitSizes, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& outputs,
-                                                      std::vector<at::Tensor>& inputs,
+c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                                       const c10d::AllToAllOptions& opts) {
   return collective("all_to_all", outputs, inputs).alltoall(outputs, inputs, opts);
 }

@@ -15,9 +15,8 @@ namespace tunedist {
 
 class TunedWork : public c10d::Work {
  public:
-  TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq,
-            std::vector<at::Tensor> outputs, const std::optional<std::vector<at::Tensor>>& inputs,
-            std::chrono::milliseconds timeout);
+  TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq, std::vector<at::Tensor> outputs,
+            const std::optional<std::vector<at::Tensor>>& inputs, std::chrono::milliseconds timeout);
 
   bool isCompleted() override;
   bool isSuccess() const override;

@@ -23,8 +23,8 @@ std::optional<long long> envNonNegativeInt(const char* name) {
   char* end = nullptr;
   errno = 0;
   const long long parsed = std::strtoll(text->c_str(), &end, 10);
-  TD_CHECK(errno == 0 && end != nullptr && *end == '\0' && parsed >= 0, "tunedist: environment variable ", name,
-           "='", *text, "' is not a non-negative integer");
+  TD_CHECK(errno == 0 && end != nullptr && *end == '\0' && parsed >= 0, "tunedist: environment variable ", name, "='",
+           *text, "' is not a non-negative integer");
   return parsed;
 }
 

@@ -39,12 +39,9 @@ inline FailureKind failureKindOf(const std::exception& e) {
 
 [[noreturn]] inline void throwFailure(FailureKind kind, const std::string& what) {
   switch (kind) {
-    case FailureKind::kTimeout:
-      throw TimeoutError(what);
-    case FailureKind::kPeerDead:
-      throw PeerDeadError(what);
-    default:
-      throw Error(what);
+    case FailureKind::kTimeout: throw TimeoutError(what);
+    case FailureKind::kPeerDead: throw PeerDeadError(what);
+    default: throw Error(what);
   }
 }
 
@@ -65,19 +62,18 @@ std::string str(const Args&... args) {
 }  // namespace tunedist
 
 // TD_CHECK(cond, parts...): throw tunedist::Error with the parts concatenated when cond is false.
-#define TD_CHECK(cond, ...)                                             \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      throw ::tunedist::Error(::tunedist::detail::str(__VA_ARGS__));    \
-    }                                                                   \
+#define TD_CHECK(cond, ...)                                          \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      throw ::tunedist::Error(::tunedist::detail::str(__VA_ARGS__)); \
+    }                                                                \
   } while (0)
 
 // TD_ASSERT: our own invariant; names the file and line because it is a bug in tunedist if it fires.
-#define TD_ASSERT(cond, ...)                                                                   \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      throw ::tunedist::Error(::tunedist::detail::str("tunedist internal error at ", __FILE__, \
-                                                      ":", __LINE__, ": ", #cond, " ",         \
-                                                      ##__VA_ARGS__));                         \
-    }                                                                                          \
+#define TD_ASSERT(cond, ...)                                                                                        \
+  do {                                                                                                              \
+    if (!(cond)) {                                                                                                  \
+      throw ::tunedist::Error(::tunedist::detail::str("tunedist internal error at ", __FILE__, ":", __LINE__, ": ", \
+                                                      #cond, " ", ##__VA_ARGS__));                                  \
+    }                                                                                                               \
   } while (0)

@@ -57,14 +57,12 @@ bool isFloating(DType t) {
     case DType::kFloat32:
     case DType::kFloat64:
     case DType::kFloat16:
-    case DType::kBFloat16:
-      return true;
+    case DType::kBFloat16: return true;
     case DType::kInt8:
     case DType::kUInt8:
     case DType::kInt32:
     case DType::kInt64:
-    case DType::kBool:
-      return false;
+    case DType::kBool: return false;
   }
   TD_CHECK(false, "isFloating: unknown dtype code ", static_cast<int>(t));
   return false;

@@ -21,8 +21,9 @@ class AllreduceCommHook : public TensorResultHook {
 FuturePtr allreduceMean(const GroupPtr& group, at::Tensor& buffer) {
   TORCH_CHECK(group, "tunedist.hooks.allreduce_hook: no process group");
   buffer.div_(group->getSize());
-  return allreduceSum(group, buffer)->then(
-      [](c10::ivalue::Future& fut) { return c10::IValue(hookResultTensor(fut.value())); }, c10::TensorType::get());
+  return allreduceSum(group, buffer)
+      ->then([](c10::ivalue::Future& fut) { return c10::IValue(hookResultTensor(fut.value())); },
+             c10::TensorType::get());
 }
 
 std::unique_ptr<c10d::CommHookInterface> makeAllreduceHook(GroupPtr group) {

@@ -28,8 +28,6 @@ int groupRank(const GroupPtr& group);
 
 // Whether `t` is a contiguous CPU float32 tensor: what our CPU kernels take (fp16/bf16 compression's wide side,
 // PowerSGD's error feedback, low-rank products and Gram-Schmidt).
-inline bool cpuFloat(const at::Tensor& t) {
-  return t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
-}
+inline bool cpuFloat(const at::Tensor& t) { return t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(); }
 
 }  // namespace tunedist::hooks

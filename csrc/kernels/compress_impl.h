@@ -6,8 +6,9 @@
 //   decompress: out[i] = widen(in[i])                        -- torch's `buffer.copy_(low)`, exact.
 // `out` may be `in`'s own storage (compression into the first half of the float32 bucket, widening back from it).
 // In place, the work is split into chunks whose input and output bytes are disjoint (forEachDoublingChunk), so no
-// store clobbers input lanes not yet read. Distinct, non-overlapping buffers are one forward stream. NaNs stay NaNs (quiet, payload kept as F16C keeps it); torch's own NaN bits
-// differ between its vectorised loop and its scalar tail, so only NaN-ness is comparable.
+// store clobbers input lanes not yet read. Distinct, non-overlapping buffers are one forward stream. NaNs stay NaNs
+// (quiet, payload kept as F16C keeps it); torch's own NaN bits differ between its vectorised loop and its scalar tail,
+// so only NaN-ness is comparable.
 #pragma once
 
 #include <cstddef>
@@ -41,11 +42,10 @@ inline void compressHalfBlock(uint16_t* __restrict out, const float* __restrict 
 inline __m256i roundToBf16Lanes(__m256 f) {
   const __m256i w = _mm256_castps_si256(f);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(w, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(w, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(w, _mm256_set1_epi32(0x7FFF)), lsb), 16);
   const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(w, 16), _mm256_set1_epi32(0x40));
-  const __m256i isNan =
-      _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+  const __m256i isNan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFFFF)),
+                                           _mm256_set1_epi32(0x7F800000));
   return _mm256_blendv_epi8(rounded, nan, isNan);
 }
 

@@ -4,8 +4,8 @@
 
 #include <cstddef>
 
-#include "kernels/reduce.h"
 #include "core/types.h"
+#include "kernels/reduce.h"
 
 namespace tunedist::shm::kernels {
 

@@ -15,7 +15,7 @@ const kernels::LowRankTable& table() {
   // The AVX2 build also needs FMA; AVX-512 machines run it too (the rows of a gradient are short).
   static const bool kFma = __builtin_cpu_supports("fma") != 0;
   return activeSimdLevel() != SimdLevel::kScalar && kFma ? kernels::avx2::kLowRankTable
-                                                          : kernels::scalar::kLowRankTable;
+                                                         : kernels::scalar::kLowRankTable;
 }
 
 void checkRange(const char* op, int64_t begin, int64_t end, int64_t limit, const char* what) {
@@ -27,34 +27,34 @@ void checkRange(const char* op, int64_t begin, int64_t end, int64_t limit, const
 
 void lowRankProject(const float* m, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
                     int64_t rowEnd) {
-  TD_CHECK(cols > 0 && r > 0 && 0 <= rowBegin && rowBegin <= rowEnd, "lowRankProject: bad shape (cols ", cols,
-           ", r ", r, ", rows [", rowBegin, ", ", rowEnd, "))");
+  TD_CHECK(cols > 0 && r > 0 && 0 <= rowBegin && rowBegin <= rowEnd, "lowRankProject: bad shape (cols ", cols, ", r ",
+           r, ", rows [", rowBegin, ", ", rowEnd, "))");
   if (rowBegin == rowEnd) return;
   // Without an error to add, the kernel does not write m.
   table().project(const_cast<float*>(m), nullptr, cols, qT, r, p, rowBegin, rowEnd);
 }
 
-void lowRankAddProject(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p,
-                       int64_t rowBegin, int64_t rowEnd) {
+void lowRankAddProject(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
+                       int64_t rowEnd) {
   TD_CHECK(cols > 0 && r > 0 && 0 <= rowBegin && rowBegin <= rowEnd && err != nullptr,
-           "lowRankAddProject: bad arguments (cols ", cols, ", r ", r, ", rows [", rowBegin, ", ", rowEnd,
-           "), error ", err == nullptr ? "missing" : "given", ")");
+           "lowRankAddProject: bad arguments (cols ", cols, ", r ", r, ", rows [", rowBegin, ", ", rowEnd, "), error ",
+           err == nullptr ? "missing" : "given", ")");
   if (rowBegin == rowEnd) return;
   table().project(m, err, cols, qT, r, p, rowBegin, rowEnd);
 }
 
-void lowRankProjectT(const float* m, int64_t rows, int64_t cols, const float* p, int64_t r, float* qT,
-                     int64_t colBegin, int64_t colEnd) {
+void lowRankProjectT(const float* m, int64_t rows, int64_t cols, const float* p, int64_t r, float* qT, int64_t colBegin,
+                     int64_t colEnd) {
   TD_CHECK(rows > 0 && cols > 0 && r > 0, "lowRankProjectT: bad shape (rows ", rows, ", cols ", cols, ", r ", r, ")");
   checkRange("lowRankProjectT", colBegin, colEnd, cols, "column");
   if (colBegin == colEnd) return;
   table().projectT(m, rows, cols, p, r, qT, colBegin, colEnd);
 }
 
-void lowRankExpand(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r,
-                   int64_t rowBegin, int64_t rowEnd) {
-  TD_CHECK(cols > 0 && r > 0 && 0 <= rowBegin && rowBegin <= rowEnd, "lowRankExpand: bad shape (cols ", cols,
-           ", r ", r, ", rows [", rowBegin, ", ", rowEnd, "))");
+void lowRankExpand(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r, int64_t rowBegin,
+                   int64_t rowEnd) {
+  TD_CHECK(cols > 0 && r > 0 && 0 <= rowBegin && rowBegin <= rowEnd, "lowRankExpand: bad shape (cols ", cols, ", r ", r,
+           ", rows [", rowBegin, ", ", rowEnd, "))");
   if (rowBegin == rowEnd) return;
   table().expand(out, err, cols, p, qT, r, rowBegin, rowEnd);
 }

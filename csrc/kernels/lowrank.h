@@ -18,19 +18,19 @@ namespace tunedist::shm {
 void lowRankProject(const float* m, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
                     int64_t rowEnd);
 // m[i][j] += err[i][j], then lowRankProject, in one pass over m (PowerSGD's error feedback fused with P = M Q).
-void lowRankAddProject(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p,
-                       int64_t rowBegin, int64_t rowEnd);
+void lowRankAddProject(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
+                       int64_t rowEnd);
 
 // qT[k][j] = sum_i m[i][j] * p[i][k] (i ascending), for columns j in [colBegin, colEnd) and k < r: Q = M^T P,
 // written transposed.
-void lowRankProjectT(const float* m, int64_t rows, int64_t cols, const float* p, int64_t r, float* qT,
-                     int64_t colBegin, int64_t colEnd);
+void lowRankProjectT(const float* m, int64_t rows, int64_t cols, const float* p, int64_t r, float* qT, int64_t colBegin,
+                     int64_t colEnd);
 
 // For rows i in [rowBegin, rowEnd): v[j] = sum_k p[i][k] * qT[k][j] (k ascending; at r = 1 the one rounded product
 // p[i][0] * qT[0][j], which is what BLAS computes); if err is not null, err[i][j] = out[i][j] - v[j] (out's old
 // value: the error-fed gradient); then out[i][j] = v[j].
-void lowRankExpand(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r,
-                   int64_t rowBegin, int64_t rowEnd);
+void lowRankExpand(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r, int64_t rowBegin,
+                   int64_t rowEnd);
 
 // Gram-Schmidt on the columns of x (rows x r, row-major), in place, as torch's PowerSGD orthogonalisation: column
 // by column, 1. divide it by its 2-norm (plus epsilon when epsilon != 0; a zero column then gives NaN or inf as

@@ -57,9 +57,7 @@ inline float madd(float a, float b, float c) {
   return a * b + c;
 #endif
 }
-inline float lanesSum(const V8& v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
+inline float lanesSum(const V8& v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
 
 // p[i][k0 + c] for one row i and K columns from k0, with U partial sums per column along the row (element j of
 // the vector body goes to sum (j / 8) % U, lane j % 8); the U sums are added pairwise, then their 8 lanes (lanesSum),
@@ -119,12 +117,12 @@ void project(float* m, const float* err, int64_t cols, const float* qT, int64_t 
   for (int64_t i = rowBegin; i < rowEnd; ++i) {
     for (int64_t k0 = 0; k0 < r; k0 += 4) {
       const bool add = err != nullptr && k0 == 0;
-#define TD_PROJECT_CASE(K, U)                                       \
-  if (add) {                                                        \
-    projectRow<K, U, true>(m, err, cols, qT, r, p, i, k0);          \
-  } else {                                                          \
-    projectRow<K, U, false>(m, nullptr, cols, qT, r, p, i, k0);     \
-  }                                                                 \
+#define TD_PROJECT_CASE(K, U)                                   \
+  if (add) {                                                    \
+    projectRow<K, U, true>(m, err, cols, qT, r, p, i, k0);      \
+  } else {                                                      \
+    projectRow<K, U, false>(m, nullptr, cols, qT, r, p, i, k0); \
+  }                                                             \
   break;
       switch (std::min<int64_t>(4, r - k0)) {
         case 1: TD_PROJECT_CASE(1, 4)

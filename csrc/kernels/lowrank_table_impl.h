@@ -10,8 +10,8 @@ struct LowRankTable {
   // m is written only when err is not null (m += err).
   void (*project)(float* m, const float* err, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
                   int64_t rowEnd);
-  void (*projectT)(const float* m, int64_t rows, int64_t cols, const float* p, int64_t r, float* qT,
-                   int64_t colBegin, int64_t colEnd);
+  void (*projectT)(const float* m, int64_t rows, int64_t cols, const float* p, int64_t r, float* qT, int64_t colBegin,
+                   int64_t colEnd);
   void (*expand)(float* out, float* err, int64_t cols, const float* p, const float* qT, int64_t r, int64_t rowBegin,
                  int64_t rowEnd);
 };

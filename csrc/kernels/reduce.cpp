@@ -23,15 +23,12 @@ bool cpuSupports(SimdLevel level) {
   // Normally done by libgcc before main; repeated here in case we are first called from a static initialiser.
   __builtin_cpu_init();
   switch (level) {
-    case SimdLevel::kScalar:
-      return true;
-    case SimdLevel::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    case SimdLevel::kScalar: return true;
+    case SimdLevel::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     case SimdLevel::kAvx512:
       // The AVX-512 build is compiled with -mavx512dq and -mf16c as well, so those are required too.
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c");
   }
   return false;
 }

@@ -160,8 +160,8 @@ inline void narrowHalfBlock(uint16_t* __restrict dst, const float* __restrict sr
 // Out of line, each is a single loop over __restrict pointers that vectorises; a call per 4 KiB block costs nothing.
 
 template <typename Codec, typename Op>
-__attribute__((noinline)) void firstTerm(typename Codec::Acc* __restrict acc, const typename Codec::Storage* __restrict src, size_t n,
-               const Op& op) {
+__attribute__((noinline)) void firstTerm(typename Codec::Acc* __restrict acc,
+                                         const typename Codec::Storage* __restrict src, size_t n, const Op& op) {
   if constexpr (Codec::kHalf) {
     widenHalfBlock(acc, src, n);
     for (size_t i = 0; i < n; ++i) acc[i] = op.pre(acc[i]);
@@ -171,8 +171,8 @@ __attribute__((noinline)) void firstTerm(typename Codec::Acc* __restrict acc, co
 }
 
 template <typename Codec, typename Op>
-__attribute__((noinline)) void nextTerm(typename Codec::Acc* __restrict acc, const typename Codec::Storage* __restrict src, size_t n,
-              const Op& op) {
+__attribute__((noinline)) void nextTerm(typename Codec::Acc* __restrict acc,
+                                        const typename Codec::Storage* __restrict src, size_t n, const Op& op) {
   using A = typename Codec::Acc;
   if constexpr (Codec::kHalf) {
     alignas(64) A term[kBlockBytes / sizeof(A)];
@@ -184,8 +184,8 @@ __attribute__((noinline)) void nextTerm(typename Codec::Acc* __restrict acc, con
 }
 
 template <typename Codec, typename Op>
-__attribute__((noinline)) void lastStep(typename Codec::Storage* __restrict out, typename Codec::Acc* __restrict acc, size_t n,
-              const Op& op) {
+__attribute__((noinline)) void lastStep(typename Codec::Storage* __restrict out, typename Codec::Acc* __restrict acc,
+                                        size_t n, const Op& op) {
   if constexpr (Codec::kHalf) {
     for (size_t i = 0; i < n; ++i) acc[i] = op.post(acc[i]);
     narrowHalfBlock(out, acc, n);

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "backend/tuned_backend.h"
+#include "kernels/reduce.h"
 #include "python/hooks_bindings.h"
 #include "tunedist/tunedist.h"
-#include "kernels/reduce.h"
 
 namespace py = pybind11;
 
@@ -65,8 +65,8 @@ tunedist::GlooFactory wrapGlooFactory(const py::object& callable) {
   };
 }
 
-c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int size, const std::chrono::duration<float>& timeout,
+c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                     const std::chrono::duration<float>& timeout,
                                                      const py::object& onNcclCreated, const py::object& glooFactory) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   auto hook = ncclCreatedHook(onNcclCreated);
@@ -131,8 +131,8 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilIntrusivePtr<T>, true);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tunedist native module";
-  m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::arg("timeout"), py::arg("on_nccl_created") = py::none(), py::arg("gloo_factory") = py::none(),
+  m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+        py::arg("on_nccl_created") = py::none(), py::arg("gloo_factory") = py::none(),
         "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
   // The Python type of the backend objects torch hands out (pg._get_backend(...)). torch's new_group, on a parent
   // with a bound device whose backend supports splitting, has the ranks left out of the new group call
@@ -146,12 +146,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("build_id", [] { return std::string(TUNEDIST_BUILD_ID_STR); });
   m.def("version", &tunedist::versionString);
   m.def("simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::activeSimdLevel())); });
-  m.def("best_simd_level",
-        [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::detectSimdLevel())); });
+  m.def("best_simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::detectSimdLevel())); });
   // Tests pin a level to compare kernels across levels in one process; throws if the CPU lacks it.
   m.def("force_simd_level", [](const std::string& name) {
-    for (auto level : {tunedist::shm::SimdLevel::kScalar, tunedist::shm::SimdLevel::kAvx2,
-                       tunedist::shm::SimdLevel::kAvx512}) {
+    for (auto level :
+         {tunedist::shm::SimdLevel::kScalar, tunedist::shm::SimdLevel::kAvx2, tunedist::shm::SimdLevel::kAvx512}) {
       if (name == tunedist::shm::simdLevelName(level)) return tunedist::shm::forceSimdLevel(level);
     }
     throw std::invalid_argument("tunedist._C.force_simd_level: unknown SIMD level '" + name +

@@ -28,8 +28,8 @@ at::ScalarType lowPrecision(const std::string& name, const char* op) {
 }
 
 // Builds the C++ hook for `kind` and installs it on the reducer (Reducer::register_comm_hook refuses a second).
-void registerOnReducer(c10d::Reducer& reducer, const std::string& kind, const GroupPtr& group,
-                       const StatePtr& state, const std::string& wrapper) {
+void registerOnReducer(c10d::Reducer& reducer, const std::string& kind, const GroupPtr& group, const StatePtr& state,
+                       const std::string& wrapper) {
   std::unique_ptr<c10d::CommHookInterface> hook;
   if (kind == "allreduce") {
     hook = makeAllreduceHook(group);
@@ -40,7 +40,8 @@ void registerOnReducer(c10d::Reducer& reducer, const std::string& kind, const Gr
   } else {
     TORCH_CHECK_VALUE(false, "tunedist.hooks.register: unknown hook '", kind, "'");
   }
-  if (!wrapper.empty()) hook = makeLowPrecisionWrapper(std::move(hook), lowPrecision(wrapper, "tunedist.hooks.register"));
+  if (!wrapper.empty())
+    hook = makeLowPrecisionWrapper(std::move(hook), lowPrecision(wrapper, "tunedist.hooks.register"));
   reducer.register_comm_hook(std::move(hook));
 }
 
@@ -89,8 +90,8 @@ void bindState(py::module& m) {
   py::class_<State, StatePtr> cls(m, "PowerSGDStateCpp");
   cls.def(py::init([](int64_t rank, int64_t startIter, double minRate, bool errorFeedback, bool warmStart,
                       double epsilon, uint32_t seed, int64_t statsFrequency, bool batchSameShape) {
-            PowerSgdOptions o{rank, startIter, minRate, errorFeedback, warmStart, epsilon, seed, statsFrequency,
-                              batchSameShape};
+            PowerSgdOptions o{rank,    startIter, minRate,        errorFeedback, warmStart,
+                              epsilon, seed,      statsFrequency, batchSameShape};
             return std::make_shared<State>(o);
           }),
           py::arg("matrix_approximation_rank"), py::arg("start_powerSGD_iter"), py::arg("min_compression_rate"),
@@ -150,16 +151,18 @@ void tunedist::bindHooks(py::module& parent) {
   bindState(m);
   bindRandom(m);
   const auto noGil = py::call_guard<py::gil_scoped_release>();
-  m.def("run_allreduce", [](const GroupPtr& g, c10d::GradBucket& b) { return wrap(allreduceMean(g, b.getBufferRef())); },
-        noGil);
+  m.def(
+      "run_allreduce", [](const GroupPtr& g, c10d::GradBucket& b) { return wrap(allreduceMean(g, b.getBufferRef())); },
+      noGil);
   m.def(
       "run_compress",
       [](const GroupPtr& g, c10d::GradBucket& b, const std::string& precision) {
         return wrap(runCompressHook(g, b, lowPrecision(precision, "tunedist.hooks.default"), nullptr));
       },
       noGil);
-  m.def("run_powersgd", [](const StatePtr& s, const GroupPtr& g, c10d::GradBucket& b) { return wrap(runPowerSgd(s, g, b)); },
-        noGil);
+  m.def(
+      "run_powersgd",
+      [](const StatePtr& s, const GroupPtr& g, c10d::GradBucket& b) { return wrap(runPowerSgd(s, g, b)); }, noGil);
   m.def(
       "run_batched_powersgd",
       [](const StatePtr& s, const GroupPtr& g, c10d::GradBucket& b) { return wrap(runBatchedPowerSgd(s, g, b)); },
@@ -172,12 +175,15 @@ void tunedist::bindHooks(py::module& parent) {
   m.def("compress_in_place", [](at::Tensor buffer, const std::string& precision, int64_t d) {
     return compressInPlace(buffer, lowPrecision(precision, "tunedist.hooks.compress_in_place"), d);
   });
-  m.def("decompress_in_place", [](at::Tensor buffer, const at::Tensor& view) { decompressInPlace(buffer, view, view); });
+  m.def("decompress_in_place",
+        [](at::Tensor buffer, const at::Tensor& view) { decompressInPlace(buffer, view, view); });
   m.def("orthogonalize", [](at::Tensor t, double eps) { orthogonalize(t, eps); });
-  m.def("multiply_mq", [](const at::Tensor& mat, const at::Tensor& q, at::Tensor p) { multiplyMQ(mat, q, p); },
-        py::arg("matrix"), py::arg("q"), py::arg("p"), "p = matrix @ q, in place (PowerSGD's P).");
-  m.def("multiply_mtp", [](const at::Tensor& mat, const at::Tensor& p, at::Tensor q) { multiplyMtP(mat, p, q); },
-        py::arg("matrix"), py::arg("p"), py::arg("q"), "q = matrix.T @ p, in place (PowerSGD's Q).");
+  m.def(
+      "multiply_mq", [](const at::Tensor& mat, const at::Tensor& q, at::Tensor p) { multiplyMQ(mat, q, p); },
+      py::arg("matrix"), py::arg("q"), py::arg("p"), "p = matrix @ q, in place (PowerSGD's P).");
+  m.def(
+      "multiply_mtp", [](const at::Tensor& mat, const at::Tensor& p, at::Tensor q) { multiplyMtP(mat, p, q); },
+      py::arg("matrix"), py::arg("p"), py::arg("q"), "q = matrix.T @ p, in place (PowerSGD's Q).");
   m.def(
       "write_pqt",
       [](at::Tensor out, const at::Tensor& p, const at::Tensor& q, const std::optional<at::Tensor>& error) {

@@ -1,8 +1,8 @@
 // all_reduce: one-shot for latency-bound sizes, pipelined reduce-scatter + all-gather for the rest.
 #include <algorithm>
 
-#include "shm/comm.h"
 #include "core/error.h"
+#include "shm/comm.h"
 
 namespace tunedist::shm {
 
@@ -23,8 +23,7 @@ void ShmComm::allreduce(const OpContext& ctx, const void* in, void* out, size_t 
 //   2. publish; wait for every rank's publish;
 //   3. reduce all P terms in rank order 0..P-1 (our own straight from the input) into the output.
 // Every rank does the same arithmetic in the same order, so every rank gets bit-identical results.
-void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, size_t count,
-                               const ReduceArgs& args) {
+void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
   const size_t bytes = count * dtypeSize(args.dtype);
   int b = beginRound(ctx);
   if (size_ > 1) {
@@ -49,12 +48,11 @@ void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, 
 //   5. copy every peer's reduced slice from its slot into the output.
 // Memory stays bounded by the slots whatever the tensor size. Each slice is reduced by exactly one rank, in
 // rank order, so results are bit-identical everywhere and identical to the one-shot path.
-void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count,
-                               const ReduceArgs& args) {
+void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
   const size_t es = dtypeSize(args.dtype);
   // A slice is at least one cache line: with fewer slot bytes per rank the chunk would be empty and never advance.
-  TD_CHECK(options_.slotBytes / size_t(size_) >= kCacheLine, "tunedist: all_reduce (seq ", ctx.seq, ") on rank ",
-           rank_, ": ", size_, " ranks need slots of at least ", size_t(size_) * kCacheLine, " bytes, got ",
+  TD_CHECK(options_.slotBytes / size_t(size_) >= kCacheLine, "tunedist: all_reduce (seq ", ctx.seq, ") on rank ", rank_,
+           ": ", size_, " ranks need slots of at least ", size_t(size_) * kCacheLine, " bytes, got ",
            options_.slotBytes, " (raise TUNEDIST_SLOT_BYTES)");
   const size_t maxChunk = sliceElems(size_t(-1) / 2 / es, es) * size_t(size_);
   const char* inBytes = static_cast<const char*>(in);

@@ -4,8 +4,8 @@
 #include <sstream>
 #include <vector>
 
-#include "shm/comm.h"
 #include "core/error.h"
+#include "shm/comm.h"
 
 namespace tunedist::shm {
 
@@ -48,8 +48,10 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
     }
     releaseBuffer(b);
     if (bad.tellp() > 0) {
-      fail(ctx, detail::str("split sizes disagree: ", bad.str(), ". input_split_sizes on each rank must match ",
-                            "output_split_sizes on its peers."), false, false);
+      fail(ctx,
+           detail::str("split sizes disagree: ", bad.str(), ". input_split_sizes on each rank must match ",
+                       "output_split_sizes on its peers."),
+           false, false);
     }
     const size_t part = slotPartBytes();
     for (size_t off = 0; off < largest; off += part) {

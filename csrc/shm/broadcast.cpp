@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "shm/comm.h"
 #include "core/error.h"
+#include "shm/comm.h"
 
 namespace tunedist::shm {
 

@@ -3,8 +3,8 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -156,8 +156,8 @@ void ShmComm::openSegment(const OpContext& ctx) {
     checkAttachAbort(ctx);
     if (!rendezvous_->check(kSegmentKey)) {
       if (std::chrono::steady_clock::now() >= ctx.deadline) {
-        throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ",
-                                       size_, ": timed out waiting for rank 0 to create the group's shared memory; ",
+        throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
+                                       ": timed out waiting for rank 0 to create the group's shared memory; ",
                                        "check that rank 0 is alive and calls this collective too."));
       }
       std::this_thread::sleep_for(kAttachPoll);
@@ -171,8 +171,8 @@ void ShmComm::openSegment(const OpContext& ctx) {
       break;
     }
     // A stale name left in the store by an earlier group under the same prefix: wait for the fresh one.
-    TD_CHECK(std::chrono::steady_clock::now() < ctx.deadline, "tunedist: ", ctx.name, " (seq ", ctx.seq,
-             ") on rank ", rank_, ": shared memory '", name,
+    TD_CHECK(std::chrono::steady_clock::now() < ctx.deadline, "tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ",
+             rank_, ": shared memory '", name,
              "' announced by rank 0 does not exist. Are all ranks of this group on one host and in one IPC "
              "namespace (containers need --ipc=host)?");
     usleep(10000);
@@ -186,8 +186,8 @@ void ShmComm::openSegment(const OpContext& ctx) {
   TD_CHECK(header_->buildId == TUNEDIST_BUILD_ID, "tunedist: rank ", rank_, " runs tunedist build ", std::hex,
            TUNEDIST_BUILD_ID, " but rank 0 runs build ", header_->buildId, std::dec,
            ": install the same build on every rank");
-  TD_CHECK(header_->worldSize == uint32_t(size_) && header_->slotBytes == options_.slotBytes, "tunedist: rank ",
-           rank_, " expects a group of ", size_, " ranks with ", options_.slotBytes, "-byte slots but rank 0 made ",
+  TD_CHECK(header_->worldSize == uint32_t(size_) && header_->slotBytes == options_.slotBytes, "tunedist: rank ", rank_,
+           " expects a group of ", size_, " ranks with ", options_.slotBytes, "-byte slots but rank 0 made ",
            header_->worldSize, " ranks with ", header_->slotBytes,
            "-byte slots: set TUNEDIST_SLOT_BYTES identically on every rank");
   ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
@@ -298,10 +298,10 @@ void ShmComm::throwIfFailed() {
     return;
   }
   std::lock_guard<std::mutex> lock(failMutex_);
-  throwFailure(failureKind_,
-               detail::str("tunedist: rank ", rank_, ": the process group is unusable after an earlier failure: ",
-                           failure_, " Destroy the group (dist.destroy_process_group) and create a new one, or let "
-                           "torchrun --max-restarts restart the job."));
+  throwFailure(failureKind_, detail::str("tunedist: rank ", rank_,
+                                         ": the process group is unusable after an earlier failure: ", failure_,
+                                         " Destroy the group (dist.destroy_process_group) and create a new one, or let "
+                                         "torchrun --max-restarts restart the job."));
 }
 
 void ShmComm::failFromPeerAbort(const OpContext& ctx) {
@@ -311,10 +311,9 @@ void ShmComm::failFromPeerAbort(const OpContext& ctx) {
 }
 
 void ShmComm::fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead) {
-  std::string full = detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", rank_, " of ",
-                                 size_, ": ", message);
-  const FailureKind kind =
-      isTimeout ? FailureKind::kTimeout : (isDead ? FailureKind::kPeerDead : FailureKind::kError);
+  std::string full = detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", rank_, " of ", size_,
+                                 ": ", message);
+  const FailureKind kind = isTimeout ? FailureKind::kTimeout : (isDead ? FailureKind::kPeerDead : FailureKind::kError);
   abort(full, kind);
   throwFailure(kind, full);
 }

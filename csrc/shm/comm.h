@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/reduce.h"
-#include "shm/layout.h"
 #include "core/options.h"
-#include "shm/segment.h"
 #include "core/rendezvous.h"
 #include "core/types.h"
+#include "kernels/reduce.h"
+#include "shm/layout.h"
+#include "shm/segment.h"
 
 namespace tunedist::shm {
 
@@ -108,7 +108,6 @@ class ShmComm {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
  private:
-
   // Attaching (comm.cpp).
   void ensureAttached(const OpContext& ctx);
   void createSegment(const OpContext& ctx);

@@ -23,14 +23,14 @@ constexpr size_t kAbortReasonBytes = 1024;
 // What every rank says it is doing in a given operation; compared across ranks at the first step of each
 // operation so that disagreeing ranks all fail with the same clear error instead of exchanging garbage.
 struct OpDesc {
-  uint64_t seq;      // per-group operation sequence number
-  uint64_t count;    // agreed element or byte count (0 where ranks may legitimately differ)
+  uint64_t seq;         // per-group operation sequence number
+  uint64_t count;       // agreed element or byte count (0 where ranks may legitimately differ)
   uint64_t factorBits;  // PREMUL_SUM factor, as the bits of a double
-  uint32_t opcode;   // tunedist::shm::OpCode
-  int32_t root;      // root rank, or -1
-  uint8_t dtype;     // tunedist::shm::DType
-  uint8_t redop;     // tunedist::shm::RedOp
-  uint8_t valid;     // 1 once written for this operation
+  uint32_t opcode;      // tunedist::shm::OpCode
+  int32_t root;         // root rank, or -1
+  uint8_t dtype;        // tunedist::shm::DType
+  uint8_t redop;        // tunedist::shm::RedOp
+  uint8_t valid;        // 1 once written for this operation
   uint8_t reserved[5];
 };
 static_assert(sizeof(OpDesc) == 40, "OpDesc layout changed: bump kProtocolVersion");

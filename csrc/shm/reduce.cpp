@@ -11,8 +11,7 @@ namespace tunedist::shm {
 //   1. every rank but the root copies its chunk into its slot;
 //   2. publish; wait for all;
 //   3. the root reduces all terms in rank order (its own straight from its input) into its output.
-void ShmComm::reduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args,
-                     int root) {
+void ShmComm::reduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args, int root) {
   TD_CHECK(root >= 0 && root < size_, "tunedist: reduce (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
            " is outside the group of ", size_);
   checkReduceSupported(args.dtype, args.op);

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "shm/comm.h"
 #include "core/error.h"
 #include "core/sync.h"
+#include "shm/comm.h"
 
 namespace tunedist::shm {
 namespace {
@@ -37,8 +37,7 @@ std::string describe(const OpDesc& d) {
       }
       break;
     }
-    default:
-      break;
+    default: break;
   }
   if (d.root >= 0) {
     os << ", root " << d.root;
@@ -47,8 +46,8 @@ std::string describe(const OpDesc& d) {
 }
 
 bool sameDesc(const OpDesc& a, const OpDesc& b) {
-  return a.valid == b.valid && a.opcode == b.opcode && a.seq == b.seq && a.count == b.count &&
-         a.dtype == b.dtype && a.redop == b.redop && a.root == b.root && a.factorBits == b.factorBits;
+  return a.valid == b.valid && a.opcode == b.opcode && a.seq == b.seq && a.count == b.count && a.dtype == b.dtype &&
+         a.redop == b.redop && a.root == b.root && a.factorBits == b.factorBits;
 }
 
 }  // namespace
@@ -127,9 +126,10 @@ void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFo
     for (size_t i = 0; i < waitingFor.size(); ++i) {
       ranks << (i ? ", " : "") << waitingFor[i];
     }
-    fail(ctx, detail::str("timed out at step ", stepInOp_, " of the operation waiting for ranks [", ranks.str(),
-                          "], which are alive but have not reached it. Check that every rank calls the same ",
-                          "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
+    fail(ctx,
+         detail::str("timed out at step ", stepInOp_, " of the operation waiting for ranks [", ranks.str(),
+                     "], which are alive but have not reached it. Check that every rank calls the same ",
+                     "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
          true, false);
   }
   if (now - lastPeerCheck_ < kPeerCheckInterval) {
@@ -148,8 +148,8 @@ void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFo
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
     if (gone || silent > options_.deadAfter) {
       fail(ctx,
-           detail::str("rank ", p, " (pid ", c.pid, ") is dead: ",
-                       gone ? "its process has exited" : "its heartbeat stopped ",
+           detail::str("rank ", p, " (pid ", c.pid,
+                       ") is dead: ", gone ? "its process has exited" : "its heartbeat stopped ",
                        gone ? "" : detail::str(silent.count(), " ms ago"),
                        ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
            false, true);

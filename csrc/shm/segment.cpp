@@ -53,16 +53,14 @@ std::string freeSpaceNote(const char* shmDir) {
 
 void* mapFd(int fd, size_t bytes, const std::string& name) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  TD_CHECK(p != MAP_FAILED, "tunedist: mmap of shared memory ", name, " (", bytes, " bytes) failed: ",
-           std::strerror(errno));
+  TD_CHECK(p != MAP_FAILED, "tunedist: mmap of shared memory ", name, " (", bytes,
+           " bytes) failed: ", std::strerror(errno));
   return p;
 }
 
 }  // namespace
 
-std::string ShmSegment::userPrefix() {
-  return detail::str("tunedist_", getuid(), "_");
-}
+std::string ShmSegment::userPrefix() { return detail::str("tunedist_", getuid(), "_"); }
 
 ShmSegment ShmSegment::create(const std::string& tag, size_t bytes, const char* shmDir,
                               std::chrono::seconds sweepMinAge) {

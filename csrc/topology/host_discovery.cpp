@@ -21,7 +21,9 @@ constexpr size_t kTokenBytes = 16;
 constexpr auto kStaleProbeGrace = std::chrono::seconds(10);
 
 // "<label length>:<label><fingerprint>": labels may hold any character.
-std::string encodeKey(const HostKey& key) { return std::to_string(key.label.size()) + ":" + key.label + key.fingerprint; }
+std::string encodeKey(const HostKey& key) {
+  return std::to_string(key.label.size()) + ":" + key.label + key.fingerprint;
+}
 
 HostKey decodeKey(const std::string& text, int rank) {
   size_t colon = text.find(':');
@@ -64,7 +66,9 @@ HostDiscovery::HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, i
       shmDir_(options.shmDir),
       sweepMinAge_(options.sweepMinAge) {}
 
-void HostDiscovery::publish(const HostKey& key) { rendezvous_->set(kHostKeyPrefix + std::to_string(rank_), encodeKey(key)); }
+void HostDiscovery::publish(const HostKey& key) {
+  rendezvous_->set(kHostKeyPrefix + std::to_string(rank_), encodeKey(key));
+}
 
 std::string HostDiscovery::getBefore(const std::string& key, Clock::time_point deadline, const char* what) {
   auto pause = std::chrono::microseconds(200);
@@ -85,7 +89,8 @@ std::string HostDiscovery::getBefore(const std::string& key, Clock::time_point d
     return rendezvous_->get(key, std::max(left, std::chrono::milliseconds(1)));
   } catch (const TimeoutError&) {
     throw TimeoutError(detail::str("tunedist: rank ", rank_, " of ", size_, " timed out waiting for ", what,
-                                   " (store key '", key, "') while finding which ranks share a host; check that "
+                                   " (store key '", key,
+                                   "') while finding which ranks share a host; check that "
                                    "it is alive and calls this operation too"));
   }
 }
@@ -144,7 +149,8 @@ void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline)
     const bool mine = layout.hostOf[size_t(r)] == host && shared;
     std::string v;
     for (;;) {
-      v = getBefore(kHostVerdictPrefix + std::to_string(r), deadline, detail::str("rank ", r, " to check its host").c_str());
+      v = getBefore(kHostVerdictPrefix + std::to_string(r), deadline,
+                    detail::str("rank ", r, " to check its host").c_str());
       if (!mine || v.rfind(token + ":", 0) == 0 || Clock::now() >= deadline) {
         break;
       }
@@ -153,8 +159,8 @@ void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline)
     v = v.substr(v.find(':') + 1);
     const auto& members = layout.hosts[size_t(layout.hostOf[size_t(r)])];
     TD_CHECK(v == kVerdictOk, "tunedist: ranks ", ranksText(members),
-             " look like one host (same machine, same /dev/shm, same TUNEDIST_HOST_ID) but cannot share memory: ",
-             v, ". Give them different TUNEDIST_HOST_IDs, or run them in one IPC namespace (containers: --ipc=host)");
+             " look like one host (same machine, same /dev/shm, same TUNEDIST_HOST_ID) but cannot share memory: ", v,
+             ". Give them different TUNEDIST_HOST_IDs, or run them in one IPC namespace (containers: --ipc=host)");
   }
 }
 

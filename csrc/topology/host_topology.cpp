@@ -25,9 +25,7 @@ std::string shareableMemoryFingerprint(const char* shmDir) {
   return detail::str(bootId.empty() ? "no-boot-id" : bootId, ":", uint64_t(st.st_dev), ":", uint64_t(st.st_ino));
 }
 
-std::string hostLabelFromEnv() {
-  return envString("TUNEDIST_HOST_ID").value_or(std::string());
-}
+std::string hostLabelFromEnv() { return envString("TUNEDIST_HOST_ID").value_or(std::string()); }
 
 std::string ranksText(const std::vector<int>& ranks) {
   std::string s;

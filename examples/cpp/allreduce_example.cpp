@@ -102,16 +102,15 @@ int main(int argc, char** argv) {
     const float expected = static_cast<float>(args.worldSize) * static_cast<float>(args.worldSize + 1) / 2.0f;
     std::string error = checkAllEqual(tensors[0], expected);
     TORCH_CHECK(error.empty(), "allreduce of ", kNumel, " floats: ", error);
-    std::cout << "rank " << args.rank << "/" << args.worldSize << ": allreduce ok (" << kNumel
-              << " floats, each " << expected << ")\n";
+    std::cout << "rank " << args.rank << "/" << args.worldSize << ": allreduce ok (" << kNumel << " floats, each "
+              << expected << ")\n";
     return 0;
   } catch (const c10::Error& e) {
     std::cerr << "allreduce_example: rank " << args.rank << "/" << args.worldSize
               << " failed: " << e.what_without_backtrace() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "allreduce_example: rank " << args.rank << "/" << args.worldSize << " failed: " << e.what()
-              << "\n";
+    std::cerr << "allreduce_example: rank " << args.rank << "/" << args.worldSize << " failed: " << e.what() << "\n";
     return 1;
   }
 }

@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "shm/comm.h"
 #include "core/error.h"
+#include "shm/comm.h"
 #include "shm/segment.h"
 
 namespace tunedist::test {

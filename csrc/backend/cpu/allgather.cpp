@@ -39,8 +39,8 @@ void checkAllgatherBase(const at::Tensor& out, const at::Tensor& in, int size, c
   ops::checkCpuDense(out, op, "the output");
   TORCH_CHECK(out.scalar_type() == in.scalar_type(), op, ": output dtype ", out.scalar_type(),
               " differs from input dtype ", in.scalar_type());
-  TORCH_CHECK(out.numel() == in.numel() * size, op, ": the output has ", out.numel(),
-              " elements; expected input size ", in.numel(), " x group size ", size);
+  TORCH_CHECK(out.numel() == in.numel() * size, op, ": the output has ", out.numel(), " elements; expected input size ",
+              in.numel(), " x group size ", size);
 }
 
 }  // namespace
@@ -77,9 +77,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::_allgather_base(at::Tensor& output, a
   at::Tensor in = input;
   const int rank = rank_;
   const int size = size_;
-  return launch(c10d::OpType::_ALLGATHER_BASE, "tuned:all_gather_into_tensor", {out}, {in}, opts.asyncOp,
-                opts.timeout, ops::tensorBytes(out),
-                [out, in, rank, size](HostCollectives& engine, const shm::OpContext& ctx) {
+  return launch(c10d::OpType::_ALLGATHER_BASE, "tuned:all_gather_into_tensor", {out}, {in}, opts.asyncOp, opts.timeout,
+                ops::tensorBytes(out), [out, in, rank, size](HostCollectives& engine, const shm::OpContext& ctx) {
                   allgatherBase(engine, ctx, out, in, rank, size);
                 });
 }
@@ -90,8 +89,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allgather_into_tensor_coalesced(std::
   constexpr const char* kOp = "all_gather_into_tensor_coalesced";
   size_t bytes = 0;
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(),
-                " inputs");
+    TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); ++i) {
       checkAllgatherBase(outputs[i], inputs[i], size_, kOp);
       bytes += ops::tensorBytes(outputs[i]);
@@ -115,8 +113,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allgather_coalesced(std::vector<std::
   constexpr const char* kOp = "all_gather_coalesced";
   size_t bytes = 0;
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputLists.size() == size_t(size_), kOp, ": expects one output list per rank (", size_,
-                "), got ", outputLists.size());
+    TORCH_CHECK(outputLists.size() == size_t(size_), kOp, ": expects one output list per rank (", size_, "), got ",
+                outputLists.size());
     for (const auto& list : outputLists) {
       TORCH_CHECK(list.size() == inputs.size(), kOp, ": each output list needs ", inputs.size(), " tensors");
       for (size_t i = 0; i < inputs.size(); ++i) {

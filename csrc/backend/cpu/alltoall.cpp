@@ -46,34 +46,30 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall_base(at::Tensor& output, at:
   at::Tensor out = output;
   at::Tensor in = input;
   const int size = size_;
-  return launch(c10d::OpType::ALLTOALL_BASE, "tuned:all_to_all_single", {out}, {in}, opts.asyncOp, opts.timeout,
-                ops::tensorBytes(in),
-                [out, in, outRows, inRows, size](HostCollectives& engine, const shm::OpContext& ctx) {
-                  at::Tensor src = ops::overlaps(in, out) ? in.contiguous().clone() : ops::staged(in);
-                  at::Tensor dst = ops::staged(out);
-                  const size_t inRowBytes = src.dim() == 0 || src.size(0) == 0
-                                                ? 0
-                                                : ops::tensorBytes(src) / size_t(src.size(0));
-                  const size_t outRowBytes = dst.dim() == 0 || dst.size(0) == 0
-                                                 ? 0
-                                                 : ops::tensorBytes(dst) / size_t(dst.size(0));
-                  std::vector<const void*> sends;
-                  std::vector<void*> recvs;
-                  std::vector<size_t> sendBytes;
-                  std::vector<size_t> recvBytes;
-                  size_t inOff = 0;
-                  size_t outOff = 0;
-                  for (int p = 0; p < size; ++p) {
-                    sends.push_back(static_cast<const char*>(src.data_ptr()) + inOff);
-                    recvs.push_back(static_cast<char*>(dst.data_ptr()) + outOff);
-                    sendBytes.push_back(size_t(inRows[p]) * inRowBytes);
-                    recvBytes.push_back(size_t(outRows[p]) * outRowBytes);
-                    inOff += sendBytes.back();
-                    outOff += recvBytes.back();
-                  }
-                  engine.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
-                  ops::copyBack(out, dst);
-                });
+  return launch(
+      c10d::OpType::ALLTOALL_BASE, "tuned:all_to_all_single", {out}, {in}, opts.asyncOp, opts.timeout,
+      ops::tensorBytes(in), [out, in, outRows, inRows, size](HostCollectives& engine, const shm::OpContext& ctx) {
+        at::Tensor src = ops::overlaps(in, out) ? in.contiguous().clone() : ops::staged(in);
+        at::Tensor dst = ops::staged(out);
+        const size_t inRowBytes = src.dim() == 0 || src.size(0) == 0 ? 0 : ops::tensorBytes(src) / size_t(src.size(0));
+        const size_t outRowBytes = dst.dim() == 0 || dst.size(0) == 0 ? 0 : ops::tensorBytes(dst) / size_t(dst.size(0));
+        std::vector<const void*> sends;
+        std::vector<void*> recvs;
+        std::vector<size_t> sendBytes;
+        std::vector<size_t> recvBytes;
+        size_t inOff = 0;
+        size_t outOff = 0;
+        for (int p = 0; p < size; ++p) {
+          sends.push_back(static_cast<const char*>(src.data_ptr()) + inOff);
+          recvs.push_back(static_cast<char*>(dst.data_ptr()) + outOff);
+          sendBytes.push_back(size_t(inRows[p]) * inRowBytes);
+          recvBytes.push_back(size_t(outRows[p]) * outRowBytes);
+          inOff += sendBytes.back();
+          outOff += recvBytes.back();
+        }
+        engine.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
+        ops::copyBack(out, dst);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,

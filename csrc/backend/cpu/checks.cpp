@@ -42,8 +42,7 @@ shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int wo
                                                  : sup->double_factor;
       break;
     }
-    default:
-      TORCH_CHECK(false, opName, ": unsupported reduce op ", int(op.op_));
+    default: TORCH_CHECK(false, opName, ": unsupported reduce op ", int(op.op_));
   }
   shm::checkReduceSupported(args.dtype, args.op);
   return args;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/reduce.h"
 #include "core/types.h"
+#include "kernels/reduce.h"
 
 namespace tunedist::ops {
 

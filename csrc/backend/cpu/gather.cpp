@@ -20,15 +20,15 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::gather(std::vector<std::vector<at::Te
         ops::checkLike(o, inputs[0], kOp, "an output");
       }
     } else {
-      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), kOp,
-                  ": only the root (rank ", root, ") takes an output list");
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), kOp, ": only the root (rank ", root,
+                  ") takes an output list");
     }
   });
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = rank_ == root ? outputs[0] : std::vector<at::Tensor>{};
   const int rank = rank_;
-  return launch(c10d::OpType::GATHER, "tuned:gather", outs, inputs, opts.asyncOp, opts.timeout,
-                ops::tensorBytes(in), [in, outs, root, rank](HostCollectives& engine, const shm::OpContext& ctx) {
+  return launch(c10d::OpType::GATHER, "tuned:gather", outs, inputs, opts.asyncOp, opts.timeout, ops::tensorBytes(in),
+                [in, outs, root, rank](HostCollectives& engine, const shm::OpContext& ctx) {
                   at::Tensor src = ops::unaliasedSource(ops::staged(in), outs, rank);
                   std::vector<at::Tensor> staged;
                   staged.reserve(outs.size());

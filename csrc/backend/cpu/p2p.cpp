@@ -82,8 +82,8 @@ void post(const c10::intrusive_ptr<TunedWork>& work, F&& start) {
 c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int srcRank, int tag) {
   // Received into the caller's memory when it is contiguous; otherwise into a contiguous buffer copied back on
   // completion (on the engine's thread, before the Work completes).
-  at::Tensor staged =
-      t.is_contiguous() ? t : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor staged = t.is_contiguous() ? t
+                                        : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
   const auto timeout = effectiveTimeout(c10d::kUnsetTimeout);
   const bool any = srcRank < 0;
   const std::vector<at::Tensor> tensors{t};

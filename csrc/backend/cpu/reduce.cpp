@@ -17,8 +17,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::reduce(std::vector<at::Tensor>& tenso
   at::Tensor t = tensors[0];
   const int root = int(opts.rootRank);
   const int rank = rank_;
-  return launch(c10d::OpType::REDUCE, "tuned:reduce", tensors, tensors, opts.asyncOp, opts.timeout,
-                ops::tensorBytes(t), [t, args, root, rank](HostCollectives& engine, const shm::OpContext& ctx) {
+  return launch(c10d::OpType::REDUCE, "tuned:reduce", tensors, tensors, opts.asyncOp, opts.timeout, ops::tensorBytes(t),
+                [t, args, root, rank](HostCollectives& engine, const shm::OpContext& ctx) {
                   at::Tensor s = ops::staged(t);
                   engine.reduce(ctx, s, args, root);
                   if (rank == root) {

@@ -29,8 +29,8 @@ void checkReduceScatterBase(const at::Tensor& out, const at::Tensor& in, int siz
   ops::checkCpuDense(out, op, "the output");
   TORCH_CHECK(out.scalar_type() == in.scalar_type(), op, ": output dtype ", out.scalar_type(),
               " differs from input dtype ", in.scalar_type());
-  TORCH_CHECK(in.numel() == out.numel() * size, op, ": the input has ", in.numel(),
-              " elements; expected output size ", out.numel(), " x group size ", size);
+  TORCH_CHECK(in.numel() == out.numel() * size, op, ": the input has ", in.numel(), " elements; expected output size ",
+              out.numel(), " x group size ", size);
 }
 
 }  // namespace
@@ -85,8 +85,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::reduce_scatter_tensor_coalesced(std::
   std::vector<shm::ReduceArgs> args;
   size_t bytes = 0;
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(),
-                " inputs");
+    TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); ++i) {
       checkReduceScatterBase(outputs[i], inputs[i], size_, kOp);
       args.push_back(ops::reduceArgs(opts.reduceOp, outputs[i].scalar_type(), size_, kOp));
@@ -96,8 +95,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::reduce_scatter_tensor_coalesced(std::
   std::vector<at::Tensor> outs = outputs;
   std::vector<at::Tensor> ins = inputs;
   const int size = size_;
-  return launch(c10d::OpType::COALESCED, "tuned:reduce_scatter_tensor_coalesced", outs, ins, opts.asyncOp,
-                opts.timeout, bytes, [outs, ins, args, size](HostCollectives& engine, const shm::OpContext& ctx) {
+  return launch(c10d::OpType::COALESCED, "tuned:reduce_scatter_tensor_coalesced", outs, ins, opts.asyncOp, opts.timeout,
+                bytes, [outs, ins, args, size](HostCollectives& engine, const shm::OpContext& ctx) {
                   for (size_t i = 0; i < ins.size(); ++i) {
                     reduceScatterInto(engine, ctx, chunksOf(ins[i], size), outs[i], args[i]);
                   }

@@ -14,22 +14,22 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::scatter(std::vector<at::Tensor>& outp
     TORCH_CHECK(outputs.size() == 1, kOp, ": expects exactly one output, got ", outputs.size());
     ops::checkCpuDense(outputs[0], kOp, "the output");
     if (rank_ == root) {
-      TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == size_t(size_), kOp,
-                  ": the root needs one input list of ", size_, " tensors");
+      TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == size_t(size_), kOp, ": the root needs one input list of ",
+                  size_, " tensors");
       for (const auto& i : inputs[0]) {
         ops::checkCpuDense(i, kOp, "an input");
         ops::checkLike(i, outputs[0], kOp, "an input");
       }
     } else {
-      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), kOp,
-                  ": only the root (rank ", root, ") takes an input list");
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), kOp, ": only the root (rank ", root,
+                  ") takes an input list");
     }
   });
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = rank_ == root ? inputs[0] : std::vector<at::Tensor>{};
   const int rank = rank_;
-  return launch(c10d::OpType::SCATTER, "tuned:scatter", outputs, ins, opts.asyncOp, opts.timeout,
-                ops::tensorBytes(out), [out, ins, root, rank](HostCollectives& engine, const shm::OpContext& ctx) {
+  return launch(c10d::OpType::SCATTER, "tuned:scatter", outputs, ins, opts.asyncOp, opts.timeout, ops::tensorBytes(out),
+                [out, ins, root, rank](HostCollectives& engine, const shm::OpContext& ctx) {
                   at::Tensor dst = ops::staged(out);
                   // A peer's block that overlaps our output is read from a copy: the output is written first.
                   std::vector<at::Tensor> staged;

@@ -29,8 +29,8 @@ constexpr NcclVersion kHeaderVersion{NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH};
 void checkHeaderMatchesTorch() {
   const NcclVersion torchVersion = NcclVersion::unpack(torch::cuda::nccl::version());
   TORCH_CHECK(torchVersion.major == kHeaderVersion.major && torchVersion.minor == kHeaderVersion.minor,
-              "this tunedist was compiled against nccl.h ", kHeaderVersion.str(),
-              " but torch was built with NCCL ", torchVersion.str(),
+              "this tunedist was compiled against nccl.h ", kHeaderVersion.str(), " but torch was built with NCCL ",
+              torchVersion.str(),
               "; their ProcessGroupNCCL layouts may differ. Rebuild tunedist with the nccl.h of torch's NCCL "
               "(the nvidia-nccl pip package next to torch, or -DTUNEDIST_NCCL_INCLUDE_DIR=...), or use "
               "init_process_group(\"cpu:tuned,cuda:nccl\").");

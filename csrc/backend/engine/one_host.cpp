@@ -33,15 +33,13 @@ void OneHost::allgather(const shm::OpContext& ctx, const at::Tensor& in, const s
   comm_->allgather(ctx, in.data_ptr(), ops::tensorBytes(in), pointers<void*>(blocks, comm_->size()).data());
 }
 
-void OneHost::gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
-                     int root) {
+void OneHost::gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks, int root) {
   comm_->gather(ctx, in.data_ptr(), ops::tensorBytes(in), pointers<void*>(blocks, comm_->size()).data(), root);
 }
 
 void OneHost::scatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
                       int root) {
-  comm_->scatter(ctx, pointers<const void*>(blocks, comm_->size()).data(), out.data_ptr(), ops::tensorBytes(out),
-                 root);
+  comm_->scatter(ctx, pointers<const void*>(blocks, comm_->size()).data(), out.data_ptr(), ops::tensorBytes(out), root);
 }
 
 // The engine reads every block while it writes `out`: a block that overlaps `out` is read from a copy, except our
@@ -52,8 +50,8 @@ void OneHost::reduceScatter(const shm::OpContext& ctx, const std::vector<at::Ten
   std::vector<const void*> ptrs;
   staged.reserve(blocks.size());
   for (size_t p = 0; p < blocks.size(); ++p) {
-    const bool exactOwn =
-        int(p) == comm_->rank() && blocks[p].data_ptr() == out.data_ptr() && blocks[p].is_contiguous();
+    const bool exactOwn = int(p) == comm_->rank() && blocks[p].data_ptr() == out.data_ptr() &&
+                          blocks[p].is_contiguous();
     const bool clash = !exactOwn && ops::overlaps(blocks[p], out);
     staged.push_back(clash ? blocks[p].contiguous().clone() : ops::staged(blocks[p]));
     ptrs.push_back(staged.back().data_ptr());

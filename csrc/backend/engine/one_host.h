@@ -22,9 +22,8 @@ class OneHost final : public HostCollectives {
                int root) override;
   void reduceScatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
                      const shm::ReduceArgs& args) override;
-  void alltoallv(const shm::OpContext& ctx, const std::vector<const void*>& sends,
-                 const std::vector<size_t>& sendBytes, const std::vector<void*>& recvs,
-                 const std::vector<size_t>& recvBytes) override;
+  void alltoallv(const shm::OpContext& ctx, const std::vector<const void*>& sends, const std::vector<size_t>& sendBytes,
+                 const std::vector<void*>& recvs, const std::vector<size_t>& recvBytes) override;
   void barrier(const shm::OpContext& ctx) override;
 
   void abort(const std::string& reason) override { comm_->abort(reason); }

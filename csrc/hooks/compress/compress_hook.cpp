@@ -31,13 +31,14 @@ FuturePtr runCompressHook(const GroupPtr& group, c10d::GradBucket& bucket, at::S
   at::Tensor buffer = bucket.getBufferRef();
   if (canCompressInPlace(buffer)) {
     at::Tensor view = compressInPlace(buffer, dtype, group->getSize());
-    return allreduceSum(group, view)->then(
-        [buffer, view](c10::ivalue::Future& fut) {
-          at::Tensor bucketBuffer = buffer;
-          decompressInPlace(bucketBuffer, view, hookResultTensor(fut.value()));
-          return c10::IValue(bucketBuffer);
-        },
-        c10::TensorType::get());
+    return allreduceSum(group, view)
+        ->then(
+            [buffer, view](c10::ivalue::Future& fut) {
+              at::Tensor bucketBuffer = buffer;
+              decompressInPlace(bucketBuffer, view, hookResultTensor(fut.value()));
+              return c10::IValue(bucketBuffer);
+            },
+            c10::TensorType::get());
   }
   const auto options = buffer.options().dtype(dtype);
   at::Tensor compressed = pool ? pool->acquire(buffer.numel(), options) : at::empty({buffer.numel()}, options);

@@ -16,8 +16,8 @@ bool sameCudaLayout(const at::Tensor& a, const at::Tensor& b) {
 }
 
 void check(const char* error, const char* op, const at::Tensor& t) {
-  TORCH_CHECK(error == nullptr, "tunedist.hooks.", op, ": CUDA kernel launch failed on ", t.device(), " (",
-              t.numel(), " elements): ", error);
+  TORCH_CHECK(error == nullptr, "tunedist.hooks.", op, ": CUDA kernel launch failed on ", t.device(), " (", t.numel(),
+              " elements): ", error);
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ const char* compressLowPrecision(void* dst, const float* src, int64_t n, float s
   if (aligned(src, 16) && aligned(dst, 8) && n >= 4) {
     const int64_t quads = n / 4;
     compressVec4<<<blocksFor(quads), kThreads, 0, s>>>(reinterpret_cast<uint2*>(out),
-                                                         reinterpret_cast<const float4*>(src), quads, scale, bf16);
+                                                       reinterpret_cast<const float4*>(src), quads, scale, bf16);
     done = quads * 4;
   }
   if (done < n) compressScalar<<<blocksFor(n - done), kThreads, 0, s>>>(out + done, src + done, n - done, scale, bf16);
@@ -110,7 +110,7 @@ const char* addAndRemember(float* input, float* error, int64_t n, void* stream) 
   if (aligned(input, 16) && aligned(error, 16) && n >= 4) {
     const int64_t quads = n / 4;
     addAndRememberVec4<<<blocksFor(quads), kThreads, 0, s>>>(reinterpret_cast<float4*>(input),
-                                                               reinterpret_cast<float4*>(error), quads);
+                                                             reinterpret_cast<float4*>(error), quads);
     done = quads * 4;
   }
   if (done < n) addAndRememberScalar<<<blocksFor(n - done), kThreads, 0, s>>>(input + done, error + done, n - done);

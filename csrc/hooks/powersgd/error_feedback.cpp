@@ -91,7 +91,8 @@ ErrorFeedback::ErrorFeedback(PowerSgdState& state, int64_t index, at::Tensor inp
   }
   checkErrorShape(it->second, input_, index, op);
   error_ = it->second;
-  TORCH_CHECK(cpuFloat(error_), op, ": the error-feedback tensor of bucket ", index, " must be a contiguous CPU "
+  TORCH_CHECK(cpuFloat(error_), op, ": the error-feedback tensor of bucket ", index,
+              " must be a contiguous CPU "
               "float32 tensor like the bucket");
   pending_ = true;
 }
@@ -118,7 +119,8 @@ at::Tensor ErrorFeedback::sliceFor(const at::Tensor& region) const {
 void ErrorFeedback::replace(at::Tensor& region, const at::Tensor& values) {
   at::Tensor slice = sliceFor(region);
   if (!slice.defined() || !cpuFloat(values) || values.numel() != region.numel()) {
-    TORCH_CHECK(!slice.defined(), "tunedist.hooks.ErrorFeedback: replacement values must be contiguous CPU float32 "
+    TORCH_CHECK(!slice.defined(),
+                "tunedist.hooks.ErrorFeedback: replacement values must be contiguous CPU float32 "
                 "of the region's size");
     region.copy_(values.view_as(region));
     return;

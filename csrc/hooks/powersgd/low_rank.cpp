@@ -90,9 +90,8 @@ void multiplyMtP(const at::Tensor& matrix, const at::Tensor& p, at::Tensor& q) {
   float* qT = transposedScratch(r * m);
   const float* mat = matrix.data_ptr<float>();
   const float* pv = p.data_ptr<float>();
-  at::parallel_for(0, m, std::max<int64_t>(8, kGrainElements / n), [&](int64_t begin, int64_t end) {
-    shm::lowRankProjectT(mat, n, m, pv, r, qT, begin, end);
-  });
+  at::parallel_for(0, m, std::max<int64_t>(8, kGrainElements / n),
+                   [&](int64_t begin, int64_t end) { shm::lowRankProjectT(mat, n, m, pv, r, qT, begin, end); });
   shm::transposeFloat(q.data_ptr<float>(), qT, r, m);
 }
 
@@ -100,7 +99,8 @@ void writePQt(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const a
   checkShapes("writePQt", out, p, q);
   const bool withError = errorSlice.defined();
   if (!lowRankNative(out, p, q) || (withError && (!cpuFloat(errorSlice) || errorSlice.numel() != out.numel()))) {
-    TORCH_CHECK(!withError, "tunedist.hooks.writePQt: the error slice needs contiguous CPU float32 tensors of the "
+    TORCH_CHECK(!withError,
+                "tunedist.hooks.writePQt: the error slice needs contiguous CPU float32 tensors of the "
                 "output's size");
     at::mm_out(out, p, q.t());
     return;
@@ -111,9 +111,8 @@ void writePQt(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const a
   float* o = out.data_ptr<float>();
   float* e = withError ? errorSlice.data_ptr<float>() : nullptr;
   const float* pv = p.data_ptr<float>();
-  at::parallel_for(0, n, std::max<int64_t>(1, kGrainElements / m), [&](int64_t begin, int64_t end) {
-    shm::lowRankExpand(o, e, m, pv, qT, r, begin, end);
-  });
+  at::parallel_for(0, n, std::max<int64_t>(1, kGrainElements / m),
+                   [&](int64_t begin, int64_t end) { shm::lowRankExpand(o, e, m, pv, qT, r, begin, end); });
 }
 
 }  // namespace tunedist::hooks

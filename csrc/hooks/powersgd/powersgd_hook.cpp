@@ -129,9 +129,8 @@ std::vector<Batch> makeBatches(PowerSgdState& state, PowerSgdWorkspace& ws, Plan
     batch.q = qMemory.narrow(0, qOffset, b * m * r).view({b, m, r});
     pOffset += b * n * r;
     qOffset += b * m * r;
-    batch.native = std::all_of(batch.matrices.begin(), batch.matrices.end(), [&](const at::Tensor& t) {
-      return lowRankNative(t, batch.p, batch.q);
-    });
+    batch.native = std::all_of(batch.matrices.begin(), batch.matrices.end(),
+                               [&](const at::Tensor& t) { return lowRankNative(t, batch.p, batch.q); });
     if (batch.native) continue;
     // Per-region error feedback means a contiguous CPU float32 bucket, whose matrices are native unless the
     // memories are not CPU float32 (loaded from elsewhere); the ATen path below keeps no per-region error.
@@ -263,8 +262,7 @@ class PowerSgdCommHook : public TensorResultHook {
 
 }  // namespace
 
-FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const GroupPtr& group,
-                      c10d::GradBucket& bucket) {
+FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const GroupPtr& group, c10d::GradBucket& bucket) {
   PowerSgdStart start = startPowerSgd(statePtr, group, bucket, kOp);
   if (start.allreduced) return start.allreduced;
   PowerSgdState& state = *statePtr;
@@ -280,7 +278,8 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
   at::Tensor pMemory = state.pMemoryDict[index];
   at::Tensor qMemory = state.qMemoryDict[index];
   TORCH_CHECK(pMemory.numel() == plan.totalPs && qMemory.numel() == plan.totalQs, kOp,
-              ": the warm-start memories of bucket ", index, " do not fit its gradients (the buckets changed since "
+              ": the warm-start memories of bucket ", index,
+              " do not fit its gradients (the buckets changed since "
               "they were made or loaded; restore the state into the same model configuration)");
   auto step = std::make_shared<Step>(Step{input, uncompressedMemory, std::move(plan.uncompressed),
                                           makeBatches(state, ws, plan, error, pMemory, qMemory), qMemory,
@@ -298,9 +297,8 @@ FuturePtr runPowerSgd(const std::shared_ptr<PowerSgdState>& statePtr, const Grou
   FuturePtr qFut = allreduceSum(group, qMemory);
 
   const int worldSize = group->getSize();
-  return whenBoth(uncompressedFut, qFut, [statePtr, step, worldSize]() {
-    return decompress(*statePtr, *step, worldSize);
-  });
+  return whenBoth(uncompressedFut, qFut,
+                  [statePtr, step, worldSize]() { return decompress(*statePtr, *step, worldSize); });
 }
 
 std::unique_ptr<c10d::CommHookInterface> makePowerSgdHook(GroupPtr group, std::shared_ptr<PowerSgdState> state,

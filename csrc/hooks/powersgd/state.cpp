@@ -61,8 +61,8 @@ PowerSgdStart startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const G
                             c10d::GradBucket& bucket, const char* op) {
   TORCH_CHECK(state, op, ": the state is None; pass a tunedist.hooks.powerSGD.PowerSGDState");
   TORCH_CHECK(group, op, ": no process group");
-  PowerSgdStart start{std::unique_lock<std::mutex>(state->mutex), {}, bucket.getBufferRef(),
-                      static_cast<int64_t>(bucket.getIndex())};
+  PowerSgdStart start{
+      std::unique_lock<std::mutex>(state->mutex), {}, bucket.getBufferRef(), static_cast<int64_t>(bucket.getIndex())};
   if (state->iter >= state->options.startPowerSgdIter) return start;
   state->maybeIncreaseIter(bucket.isLast());
   start.lock.unlock();
@@ -104,8 +104,8 @@ void fillQsWithNormal(PowerSgdState& state, std::vector<at::Tensor>& qs) {
 void allreducePAndWait(const GroupPtr& group, const at::Tensor& p, const char* op) {
   FuturePtr fut = allreduceSum(group, p);
   fut->wait();
-  TORCH_CHECK(!fut->hasError(), op, ": rank ", groupRank(group), ": allreduce of P failed: ",
-              fut->tryRetrieveErrorMessage());
+  TORCH_CHECK(!fut->hasError(), op, ": rank ", groupRank(group),
+              ": allreduce of P failed: ", fut->tryRetrieveErrorMessage());
 }
 
 void endPowerSgdStep(PowerSgdState& state, bool isLast) {

@@ -1,6 +1,7 @@
 // What both PowerSGD hooks (powersgd_hook.cpp, batched_powersgd_hook.cpp) share around PowerSgdState (internal
 // header; state.cpp): the start of a bucket's step, the reused buffers, the P and Q memories with Q's seeding, P's
-// allreduce, the end of a step. Error feedback: error_feedback.h; the products: low_rank.h and tunedist/hooks/kernels.h.
+// allreduce, the end of a step. Error feedback: error_feedback.h; the products: low_rank.h and
+// tunedist/hooks/kernels.h.
 #pragma once
 
 #include <mutex>
@@ -15,8 +16,8 @@ namespace tunedist::hooks {
 struct PowerSgdStart {
   std::unique_lock<std::mutex> lock;  // the state's mutex, held unless `allreduced` is set
   FuturePtr allreduced;
-  at::Tensor input;                   // the bucket's buffer
-  int64_t index = 0;                  // the bucket's index
+  at::Tensor input;   // the bucket's buffer
+  int64_t index = 0;  // the bucket's index
 };
 PowerSgdStart startPowerSgd(const std::shared_ptr<PowerSgdState>& state, const GroupPtr& group,
                             c10d::GradBucket& bucket, const char* op);

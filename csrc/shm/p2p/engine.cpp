@@ -133,8 +133,8 @@ void P2pEngine::isend(int dst, int tag, const void* data, size_t bytes, Clock::t
   const Impl& im = *impl_;
   TD_CHECK(dst >= 0 && dst < im.size_ && dst != im.rank_, "tunedist: send on rank ", im.rank_, ": destination rank ",
            dst, " is invalid for a group of ", im.size_, " ranks (it must be another rank of the group)");
-  TD_CHECK(data != nullptr || bytes == 0, "tunedist: send on rank ", im.rank_, " to rank ", dst,
-           ": null buffer for ", bytes, " bytes");
+  TD_CHECK(data != nullptr || bytes == 0, "tunedist: send on rank ", im.rank_, " to rank ", dst, ": null buffer for ",
+           bytes, " bytes");
   TD_CHECK(done != nullptr, "tunedist: send on rank ", im.rank_, ": no completion callback");
   // const_cast: a send only reads from `data`.
   impl_->post(makeOp(true, dst, tag, static_cast<char*>(const_cast<void*>(data)), bytes, deadline, std::move(done)));
@@ -145,8 +145,7 @@ void P2pEngine::irecv(int src, int tag, void* data, size_t bytes, Clock::time_po
   TD_CHECK(src == -1 || (src >= 0 && src < im.size_ && src != im.rank_), "tunedist: recv on rank ", im.rank_,
            ": source rank ", src, " is invalid for a group of ", im.size_,
            " ranks (it must be another rank of the group, or -1 for any source)");
-  TD_CHECK(data != nullptr || bytes == 0, "tunedist: recv on rank ", im.rank_, ": null buffer for ", bytes,
-           " bytes");
+  TD_CHECK(data != nullptr || bytes == 0, "tunedist: recv on rank ", im.rank_, ": null buffer for ", bytes, " bytes");
   TD_CHECK(done != nullptr, "tunedist: recv on rank ", im.rank_, ": no completion callback");
   impl_->post(makeOp(false, src, tag, static_cast<char*>(data), bytes, deadline, std::move(done)));
 }
@@ -191,8 +190,8 @@ void P2pEngine::Impl::post(OpPtr op) {
     }
   }
   // Only reachable from a Done callback that runs while the engine shuts down.
-  std::string msg =
-      detail::str("tunedist: ", p2p::describe(*op, rank_), " failed: the point-to-point engine is shutting down");
+  std::string msg = detail::str("tunedist: ", p2p::describe(*op, rank_),
+                                " failed: the point-to-point engine is shutting down");
   p2p::fail(std::move(op), p2p::errorOf<Error>(msg));
 }
 

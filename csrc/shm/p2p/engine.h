@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
-#include "shm/comm.h"
 #include "core/options.h"
+#include "shm/comm.h"
 
 namespace tunedist::shm {
 

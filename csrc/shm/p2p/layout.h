@@ -44,7 +44,7 @@ struct alignas(kCacheLine) P2pRingHeader {
 
   // Line 1: the sender's. head = bytes written so far (release: the data before it is complete).
   alignas(kCacheLine) std::atomic<uint64_t> head;
-  std::atomic<uint64_t> senderBeat;   // moves every heartbeat period while the sender lives
+  std::atomic<uint64_t> senderBeat;    // moves every heartbeat period while the sender lives
   std::atomic<uint32_t> senderClosed;  // 1: the sender's engine is gone or aborted; no more bytes will come
   int32_t senderPid;
   uint64_t senderPidNamespace;

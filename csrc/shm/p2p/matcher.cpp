@@ -150,8 +150,9 @@ void Matcher::expireClaimed(Clock::time_point now) {
   for (Unexpected& u : unexpected_) {
     if (u.claimedBy != nullptr && u.claimedBy->deadline <= now) {
       OpPtr op = std::move(u.claimedBy);
-      std::exception_ptr error =
-          timeoutError(*op, rank_, detail::str("the matching message from rank ", u.src, " stopped arriving"));
+      std::exception_ptr error = timeoutError(*op, rank_,
+                                              detail::str("the matching message from rank ", u.src,
+                                                          " stopped arriving"));
       fail(std::move(op), std::move(error));
     }
   }

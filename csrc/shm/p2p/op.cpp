@@ -22,8 +22,8 @@ std::string describe(const Op& op, int rank) {
   if (op.isSend) {
     return detail::str("send to rank ", op.peer, " (tag ", op.tag, ", ", op.bytes, " bytes) on rank ", rank);
   }
-  return detail::str("recv from ", op.peer < 0 ? std::string("any source") : detail::str("rank ", op.peer),
-                     " (tag ", op.tag, ", ", op.bytes, " bytes) on rank ", rank);
+  return detail::str("recv from ", op.peer < 0 ? std::string("any source") : detail::str("rank ", op.peer), " (tag ",
+                     op.tag, ", ", op.bytes, " bytes) on rank ", rank);
 }
 
 std::exception_ptr channelError(const Op& op, int rank, const std::string& failure, bool dead) {

@@ -100,8 +100,8 @@ bool RecvChannel::startMessage() {
   P2pMsgHeader m{};
   ring_->read(tail_, &m, sizeof(m));
   if (m.magic != kP2pMsgMagic || m.seq != nextSeq_) {
-    fail(detail::str("protocol error on the channel from rank ", src_, ": message ", nextSeq_, " has magic ",
-                     std::hex, m.magic, std::dec, " and sequence ", m.seq,
+    fail(detail::str("protocol error on the channel from rank ", src_, ": message ", nextSeq_, " has magic ", std::hex,
+                     m.magic, std::dec, " and sequence ", m.seq,
                      " (memory corruption, or ranks running different tunedist builds)"),
          false, false);
     return false;
@@ -223,8 +223,7 @@ void RecvChannel::reportToSender(const std::string& text) {
   P2pRingHeader& h = ring_->header();
   uint32_t expected = uint32_t(P2pErrorState::kEmpty);
   // One report at a time: while the sender has not taken the previous one, it already has an error to raise.
-  if (!h.errorState.compare_exchange_strong(expected, uint32_t(P2pErrorState::kWriting),
-                                            std::memory_order_acquire)) {
+  if (!h.errorState.compare_exchange_strong(expected, uint32_t(P2pErrorState::kWriting), std::memory_order_acquire)) {
     return;
   }
   size_t n = std::min(text.size(), kP2pErrorBytes - 1);

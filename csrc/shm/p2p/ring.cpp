@@ -117,8 +117,7 @@ void P2pRing::markClosed() {
   notify();
 }
 
-P2pRing::PeerState P2pRing::peerState(Clock::time_point now, std::chrono::milliseconds deadAfter,
-                                      std::string* reason) {
+P2pRing::PeerState P2pRing::peerState(Clock::time_point now, std::chrono::milliseconds deadAfter, std::string* reason) {
   const P2pRingHeader& h = *header_;
   if ((isSender_ ? h.receiverClosed : h.senderClosed).load(std::memory_order_acquire) != 0) {
     *reason = "closed its point-to-point channel (its process group was destroyed or aborted)";

@@ -42,8 +42,10 @@ bool SendChannel::pump() {
   }
   bool moved = takeReport();
   if (ring_->header().receiverClosed.load(std::memory_order_acquire) != 0) {
-    fail(detail::str("rank ", dst_, " closed its point-to-point channel (its process group was destroyed or "
-                     "aborted)"), true);
+    fail(detail::str("rank ", dst_,
+                     " closed its point-to-point channel (its process group was destroyed or "
+                     "aborted)"),
+         true);
     return true;
   }
   uint64_t budget = ring_->capacity();
@@ -133,10 +135,11 @@ void SendChannel::expire(Clock::time_point now) {
     OpPtr op = std::move(*it);
     queue_.erase(it);
     bool attached = ring_ != nullptr && ring_->header().receiverAttached.load(std::memory_order_acquire);
-    std::string why = attached ? detail::str("rank ", dst_, " does not receive fast enough to make room (",
-                                             op->written, " of ", p2pMessageSpan(op->bytes),
+    std::string why = attached ? detail::str("rank ", dst_, " does not receive fast enough to make room (", op->written,
+                                             " of ", p2pMessageSpan(op->bytes),
                                              " bytes written). Check that it posts the matching receive")
-                               : detail::str("rank ", dst_, " has not started receiving from this rank. Check that "
+                               : detail::str("rank ", dst_,
+                                             " has not started receiving from this rank. Check that "
                                              "it calls the matching receive");
     std::exception_ptr error = timeoutError(*op, ctx_.rank, why);
     std::string broken = detail::str("an earlier send to rank ", dst_, " (tag ", op->tag, ") timed out, so ",

@@ -71,29 +71,14 @@ at::Tensor expected(c10d::ReduceOp::RedOpType op, int size, int64_t n, at::Scala
     at::Tensor x = contribution(r, n, at::kLong);
     switch (op) {
       case c10d::ReduceOp::SUM:
-      case c10d::ReduceOp::AVG:
-        acc = acc + x;
-        break;
-      case c10d::ReduceOp::PRODUCT:
-        acc = acc * x;
-        break;
-      case c10d::ReduceOp::MIN:
-        acc = at::minimum(acc, x);
-        break;
-      case c10d::ReduceOp::MAX:
-        acc = at::maximum(acc, x);
-        break;
-      case c10d::ReduceOp::BAND:
-        acc = at::bitwise_and(acc, x);
-        break;
-      case c10d::ReduceOp::BOR:
-        acc = at::bitwise_or(acc, x);
-        break;
-      case c10d::ReduceOp::BXOR:
-        acc = at::bitwise_xor(acc, x);
-        break;
-      default:
-        throw std::runtime_error("unexpected op");
+      case c10d::ReduceOp::AVG: acc = acc + x; break;
+      case c10d::ReduceOp::PRODUCT: acc = acc * x; break;
+      case c10d::ReduceOp::MIN: acc = at::minimum(acc, x); break;
+      case c10d::ReduceOp::MAX: acc = at::maximum(acc, x); break;
+      case c10d::ReduceOp::BAND: acc = at::bitwise_and(acc, x); break;
+      case c10d::ReduceOp::BOR: acc = at::bitwise_or(acc, x); break;
+      case c10d::ReduceOp::BXOR: acc = at::bitwise_xor(acc, x); break;
+      default: throw std::runtime_error("unexpected op");
     }
   }
   if (op == c10d::ReduceOp::AVG) {
@@ -131,15 +116,15 @@ TEST_CASE("backend all_reduce: every dtype and op against closed-form values", "
   };
   const std::vector<Op::RedOpType> arith{Op::SUM, Op::AVG, Op::PRODUCT, Op::MIN, Op::MAX};
   const std::vector<Op::RedOpType> integer{Op::SUM, Op::PRODUCT, Op::MIN, Op::MAX, Op::BAND, Op::BOR, Op::BXOR};
-  const std::vector<Case> cases{{at::kFloat, arith},  {at::kDouble, arith}, {at::kHalf, arith},
-                                {at::kBFloat16, arith}, {at::kInt, integer}, {at::kLong, integer},
-                                {at::kChar, integer},   {at::kByte, integer}};
+  const std::vector<Case> cases{{at::kFloat, arith}, {at::kDouble, arith}, {at::kHalf, arith},   {at::kBFloat16, arith},
+                                {at::kInt, integer}, {at::kLong, integer}, {at::kChar, integer}, {at::kByte, integer}};
   runRanks(size, [&](int rank, BackendPtr& backend) {
     for (const auto& c : cases) {
       for (auto op : c.ops) {
         // PRODUCT of up to 4 values of at most 10 overflows int8: keep it to the dtypes that hold it.
-        if (op == Op::PRODUCT && (c.dtype == at::kChar || c.dtype == at::kByte || c.dtype == at::kHalf ||
-                                  c.dtype == at::kBFloat16) && size > 2) {
+        if (op == Op::PRODUCT &&
+            (c.dtype == at::kChar || c.dtype == at::kByte || c.dtype == at::kHalf || c.dtype == at::kBFloat16) &&
+            size > 2) {
           continue;
         }
         std::vector<at::Tensor> t{contribution(rank, n, c.dtype)};
@@ -147,8 +132,8 @@ TEST_CASE("backend all_reduce: every dtype and op against closed-form values", "
         opts.reduceOp = c10d::ReduceOp(op);
         backend->allreduce(t, opts)->wait();
         expectEqual(t[0], expected(op, size, n, c.dtype),
-                     std::string("all_reduce ") + c10::toString(c.dtype) + " op " + std::to_string(int(op)) +
-                         " n " + std::to_string(n) + " world " + std::to_string(size));
+                    std::string("all_reduce ") + c10::toString(c.dtype) + " op " + std::to_string(int(op)) + " n " +
+                        std::to_string(n) + " world " + std::to_string(size));
       }
     }
   });
@@ -171,8 +156,8 @@ TEST_CASE("backend broadcast, all_gather, reduce_scatter, all_to_all, barrier", 
     at::Tensor mine = rankValue(rank);
     backend->_allgather_base(gathered, mine)->wait();
     for (int r = 0; r < size; ++r) {
-      expectEqual(gathered.slice(0, r * n, (r + 1) * n), rankValue(r), "all_gather_into_tensor block " +
-                                                                             std::to_string(r));
+      expectEqual(gathered.slice(0, r * n, (r + 1) * n), rankValue(r),
+                  "all_gather_into_tensor block " + std::to_string(r));
     }
 
     // reduce_scatter_tensor: rank r's input block q holds q + r; rank q receives sum_r (q + r).
@@ -194,7 +179,7 @@ TEST_CASE("backend broadcast, all_gather, reduce_scatter, all_to_all, barrier", 
     backend->alltoall_base(recv, send, noSplits, noSplits)->wait();
     for (int q = 0; q < size; ++q) {
       expectEqual(recv.slice(0, q * n, (q + 1) * n), at::full({n}, double(100 * q + rank), at::kFloat),
-                   "all_to_all block from " + std::to_string(q));
+                  "all_to_all block from " + std::to_string(q));
     }
     backend->barrier()->wait();
   });

@@ -46,8 +46,8 @@ void broadcastCase(Peer& p, size_t bytes, int root, int salt) {
 // input is our own block of that buffer.
 void gatherCase(Peer& p, size_t bytes, int root, bool inPlace, int salt) {
   const bool all = root < 0;
-  const std::string what = caseName(all ? (inPlace ? "in-place all_gather" : "all_gather") : "gather", p.size(),
-                                    bytes, root);
+  const std::string what = caseName(all ? (inPlace ? "in-place all_gather" : "all_gather") : "gather", p.size(), bytes,
+                                    root);
   const size_t size = size_t(p.size());
   std::vector<uint8_t> out(bytes * size + 64, 0xA5);
   std::vector<void*> outs;

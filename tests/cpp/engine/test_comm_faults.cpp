@@ -25,8 +25,8 @@ void expectStaysFailed(Peer& p, const std::string& what, const std::string& caus
 // group's abort word; either way it throws TimeoutError, since the abort word carries the failure's kind.
 void expectTimeout(const Caught& c, int rank) {
   if (!c.timeout) {
-    failCheck("rank ", rank, " threw ", c.dead ? "PeerDeadError" : "a plain Error", ", expected TimeoutError: ",
-              c.message);
+    failCheck("rank ", rank, " threw ", c.dead ? "PeerDeadError" : "a plain Error",
+              ", expected TimeoutError: ", c.message);
   }
 }
 
@@ -273,8 +273,8 @@ TEST_CASE("a peer whose heartbeat stops is declared dead before the deadline", "
     expectError(c, "dead peer", r, {"rank 1", "dead"});
     // With 3 ranks one survivor may learn of the death through the other's abort: the same type either way.
     if (!c.dead) {
-      failCheck("rank ", r, " threw ", c.timeout ? "TimeoutError" : "a plain Error", ", expected PeerDeadError: ",
-                c.message);
+      failCheck("rank ", r, " threw ", c.timeout ? "TimeoutError" : "a plain Error",
+                ", expected PeerDeadError: ", c.message);
     }
     if (c.at >= deadline) {
       failCheck("rank ", r, " found rank 1 dead only at its deadline: ", c.message);

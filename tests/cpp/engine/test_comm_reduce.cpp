@@ -8,7 +8,7 @@
 namespace tunedist::test {
 namespace {
 
-constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,    DType::kInt64, DType::kUInt8,
+constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,   DType::kInt64,   DType::kUInt8,
                                 DType::kInt8,    DType::kBool,    DType::kFloat16, DType::kBFloat16};
 constexpr double kPremulFactor = 0.5;
 
@@ -21,8 +21,7 @@ std::vector<RedOp> opsFor(DType t) {
   if (shm::isFloating(t)) {
     return {RedOp::kSum, RedOp::kAvg, RedOp::kProduct, RedOp::kMin, RedOp::kMax, RedOp::kPremulSum};
   }
-  return {RedOp::kSum,  RedOp::kAvg, RedOp::kProduct, RedOp::kMin,
-          RedOp::kMax, RedOp::kBand, RedOp::kBor,     RedOp::kBxor};
+  return {RedOp::kSum, RedOp::kAvg, RedOp::kProduct, RedOp::kMin, RedOp::kMax, RedOp::kBand, RedOp::kBor, RedOp::kBxor};
 }
 
 // Empty, one element, odd, just past the one-shot limit (two-shot with uneven and empty slices), and five elements
@@ -61,13 +60,15 @@ double fold(DType t, RedOp op, int size, size_t i) {
     const double x = input(t, op, r, i);
     const bool orLike = op == RedOp::kSum || op == RedOp::kMax || op == RedOp::kBor;
     if (t == DType::kBool) {
-      acc = op == RedOp::kBxor ? double((acc != 0) != (x != 0)) : orLike ? double(acc != 0 || x != 0)
-                                                                        : double(acc != 0 && x != 0);
+      acc = op == RedOp::kBxor ? double((acc != 0) != (x != 0))
+            : orLike           ? double(acc != 0 || x != 0)
+                               : double(acc != 0 && x != 0);
     } else if (op == RedOp::kProduct) {
       acc *= x;
     } else {
-      acc = double(op == RedOp::kBand ? bits(acc) & bits(x) : op == RedOp::kBor ? bits(acc) | bits(x)
-                                                                                 : bits(acc) ^ bits(x));
+      acc = double(op == RedOp::kBand  ? bits(acc) & bits(x)
+                   : op == RedOp::kBor ? bits(acc) | bits(x)
+                                       : bits(acc) ^ bits(x));
     }
   }
   return acc;
@@ -241,15 +242,15 @@ TEST_CASE("test helpers: fp16 and bf16 conversions round to nearest even", "[shm
       FAIL("bf16 bits " << b << " do not survive a round trip");
     }
   }
-  CHECK(halfBits(1.0 + 1.0 / 2048) == 0x3c00);           // tie: to even (down)
-  CHECK(halfBits(1.0 + 3.0 / 2048) == 0x3c02);           // tie: to even (up)
-  CHECK(halfBits(65519.0) == 0x7bff);                     // largest finite
-  CHECK(halfBits(65520.0) == 0x7c00);                     // rounds to infinity
-  CHECK(halfBits(std::ldexp(1.0, -25)) == 0x0000);        // tie between 0 and the smallest subnormal
-  CHECK(halfBits(std::ldexp(3.0, -25)) == 0x0002);        // tie: to even
+  CHECK(halfBits(1.0 + 1.0 / 2048) == 0x3c00);      // tie: to even (down)
+  CHECK(halfBits(1.0 + 3.0 / 2048) == 0x3c02);      // tie: to even (up)
+  CHECK(halfBits(65519.0) == 0x7bff);               // largest finite
+  CHECK(halfBits(65520.0) == 0x7c00);               // rounds to infinity
+  CHECK(halfBits(std::ldexp(1.0, -25)) == 0x0000);  // tie between 0 and the smallest subnormal
+  CHECK(halfBits(std::ldexp(3.0, -25)) == 0x0002);  // tie: to even
   CHECK(halfValue(0x0001) == std::ldexp(1.0, -24));
-  CHECK(bf16Bits(1.0 + 1.0 / 256) == 0x3f80);             // tie: to even (down)
-  CHECK(bf16Bits(1.0 + 3.0 / 256) == 0x3f82);             // tie: to even (up)
+  CHECK(bf16Bits(1.0 + 1.0 / 256) == 0x3f80);  // tie: to even (down)
+  CHECK(bf16Bits(1.0 + 3.0 / 256) == 0x3f82);  // tie: to even (up)
   CHECK(bf16Value(0x3f81) == 1.0 + 1.0 / 128);
 }
 
@@ -361,8 +362,8 @@ TEST_CASE("floating-point reductions are bit-identical on every rank and follow 
           mine.insert(mine.end(), static_cast<const uint8_t*>(out.data()),
                       static_cast<const uint8_t*>(out.data()) + want.size());
           const int root = size - 1;
-          p.comm.reduce(p.op("reduce"), in.data(), p.rank() == root ? out.data() : nullptr, count,
-                        argsFor(t, op, size), root);
+          p.comm.reduce(p.op("reduce"), in.data(), p.rank() == root ? out.data() : nullptr, count, argsFor(t, op, size),
+                        root);
           if (p.rank() == root) {
             checkBits(caseName("reduce", t, op, size, count), p.rank(), t, out.data(), want);
           }

@@ -28,8 +28,7 @@ TEST_CASE("out-of-range roots are refused before anything is shared", "[shm][fau
   CHECK(leaks.report() == "");
 }
 
-TEST_CASE("slots too small for the group fail clearly on every rank instead of spinning",
-          "[shm][faults][validation]") {
+TEST_CASE("slots too small for the group fail clearly on every rank instead of spinning", "[shm][faults][validation]") {
   // 4 KiB slots cut into 65 parts leave less than a 64-byte cache line per rank.
   const int size = 65;
   ShmLeakCheck leaks;
@@ -83,9 +82,7 @@ TEST_CASE("reductions without a meaning are refused naming op and dtype", "[shm]
     const std::vector<Caught> refusals{
         catchError([&] { p.comm.allreduce(p.op("all_reduce", Ms(1000)), buf.data(), buf.data(), 4, args); }),
         catchError([&] { p.comm.reduce(p.op("reduce", Ms(1000)), buf.data(), buf.data(), 4, args, 0); }),
-        catchError([&] {
-          p.comm.reduceScatter(p.op("reduce_scatter", Ms(1000)), ins.data(), buf.data(), 4, args);
-        })};
+        catchError([&] { p.comm.reduceScatter(p.op("reduce_scatter", Ms(1000)), ins.data(), buf.data(), 4, args); })};
     for (const Caught& c : refusals) {
       CHECK(c.threw);
       CHECK_THAT(c.message, Catch::Contains(op) && Catch::Contains(bad.dtypeName));

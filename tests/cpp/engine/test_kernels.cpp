@@ -30,7 +30,7 @@ using tunedist::test::levelsToTest;
 
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
                              DType::kUInt8,   DType::kInt32,   DType::kInt64,   DType::kBool};
-constexpr RedOp kOps[] = {RedOp::kSum, RedOp::kAvg,  RedOp::kProduct, RedOp::kMin,      RedOp::kMax,
+constexpr RedOp kOps[] = {RedOp::kSum,  RedOp::kAvg, RedOp::kProduct, RedOp::kMin,      RedOp::kMax,
                           RedOp::kBand, RedOp::kBor, RedOp::kBxor,    RedOp::kPremulSum};
 constexpr int kNsrcs[] = {1, 2, 3, 4, 8};
 constexpr size_t kCounts[] = {0, 1, 7, 63, 1000, 4097};
@@ -251,8 +251,8 @@ void checkSame(const std::string& what, const Bytes& expected, const Bytes& actu
 
 std::string describe(const ReduceArgs& a, int nsrc, size_t count, SimdLevel l, int alias) {
   std::ostringstream os;
-  os << "dtype " << shm::dtypeName(a.dtype) << " op " << shm::redOpName(a.op) << " nsrc " << nsrc << " count "
-     << count << " level " << shm::simdLevelName(l) << " out ";
+  os << "dtype " << shm::dtypeName(a.dtype) << " op " << shm::redOpName(a.op) << " nsrc " << nsrc << " count " << count
+     << " level " << shm::simdLevelName(l) << " out ";
   if (alias < 0) {
     os << "separate";
   } else {

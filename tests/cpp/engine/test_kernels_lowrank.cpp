@@ -72,8 +72,8 @@ struct Shape {
   int64_t n, m, r;
 };
 
-const Shape kShapes[] = {{512, 384, 1}, {37, 13, 3}, {1, 9, 1}, {9, 1, 1}, {300, 301, 4}, {64, 40, 7}, {8, 8, 8},
-                         {5, 1030, 2}, {7, 93, 1}, {6, 90, 2}};
+const Shape kShapes[] = {{512, 384, 1}, {37, 13, 3}, {1, 9, 1},    {9, 1, 1},  {300, 301, 4},
+                         {64, 40, 7},   {8, 8, 8},   {5, 1030, 2}, {7, 93, 1}, {6, 90, 2}};
 
 }  // namespace
 
@@ -95,14 +95,16 @@ TEST_CASE("low-rank products match float64 references at every SIMD level", "[sh
         // 1. P = M Q.
         Floats p(size_t(n * r), std::numeric_limits<float>::quiet_NaN());
         shm::lowRankProject(mat.data(), m, qT.data(), r, p.data(), 0, n);
-        checkProduct(p, n, r, m, [&](int64_t i, int64_t t) { return mat[size_t(i * m + t)]; },
-                     [&](int64_t t, int64_t k) { return q[size_t(t * r + k)]; });
+        checkProduct(
+            p, n, r, m, [&](int64_t i, int64_t t) { return mat[size_t(i * m + t)]; },
+            [&](int64_t t, int64_t k) { return q[size_t(t * r + k)]; });
 
         // 2. Q = M^T P, written transposed.
         Floats q2T(size_t(r * m), std::numeric_limits<float>::quiet_NaN());
         shm::lowRankProjectT(mat.data(), n, m, p.data(), r, q2T.data(), 0, m);
-        checkProduct(q2T, r, m, n, [&](int64_t k, int64_t i) { return p[size_t(i * r + k)]; },
-                     [&](int64_t i, int64_t j) { return mat[size_t(i * m + j)]; });
+        checkProduct(
+            q2T, r, m, n, [&](int64_t k, int64_t i) { return p[size_t(i * r + k)]; },
+            [&](int64_t i, int64_t j) { return mat[size_t(i * m + j)]; });
 
         // 3. out = P Q^T, err = old out - new out, in one pass; without err only out.
         Floats out = mat, err(size_t(n * m), std::numeric_limits<float>::quiet_NaN());
@@ -120,8 +122,9 @@ TEST_CASE("low-rank products match float64 references at every SIMD level", "[sh
         Floats fed = mat, p3(size_t(n * r));
         shm::lowRankAddProject(fed.data(), e.data(), m, qT.data(), r, p3.data(), 0, n);
         for (size_t i = 0; i < fed.size(); ++i) REQUIRE(fed[i] == mat[i] + e[i]);
-        checkProduct(p3, n, r, m, [&](int64_t i, int64_t t) { return fed[size_t(i * m + t)]; },
-                     [&](int64_t t, int64_t k) { return q[size_t(t * r + k)]; });
+        checkProduct(
+            p3, n, r, m, [&](int64_t i, int64_t t) { return fed[size_t(i * m + t)]; },
+            [&](int64_t t, int64_t k) { return q[size_t(t * r + k)]; });
       }
     }
   }
@@ -134,17 +137,20 @@ TEST_CASE("low-rank results do not depend on how rows and columns are split", "[
   const Floats p = randomFloats(size_t(n * r), 3);
   Floats whole(size_t(n * r)), split(size_t(n * r));
   shm::lowRankProject(mat.data(), m, qT.data(), r, whole.data(), 0, n);
-  for (int64_t b = 0; b < n; b += 10) shm::lowRankProject(mat.data(), m, qT.data(), r, split.data(), b, std::min(n, b + 10));
+  for (int64_t b = 0; b < n; b += 10)
+    shm::lowRankProject(mat.data(), m, qT.data(), r, split.data(), b, std::min(n, b + 10));
   REQUIRE(whole == split);
 
   Floats qWhole(size_t(r * m)), qSplit(size_t(r * m));
   shm::lowRankProjectT(mat.data(), n, m, p.data(), r, qWhole.data(), 0, m);
-  for (int64_t b = 0; b < m; b += 13) shm::lowRankProjectT(mat.data(), n, m, p.data(), r, qSplit.data(), b, std::min(m, b + 13));
+  for (int64_t b = 0; b < m; b += 13)
+    shm::lowRankProjectT(mat.data(), n, m, p.data(), r, qSplit.data(), b, std::min(m, b + 13));
   REQUIRE(qWhole == qSplit);
 
   Floats o1 = mat, o2 = mat, e1(mat.size()), e2(mat.size());
   shm::lowRankExpand(o1.data(), e1.data(), m, p.data(), qT.data(), r, 0, n);
-  for (int64_t b = 0; b < n; b += 3) shm::lowRankExpand(o2.data(), e2.data(), m, p.data(), qT.data(), r, b, std::min(n, b + 3));
+  for (int64_t b = 0; b < n; b += 3)
+    shm::lowRankExpand(o2.data(), e2.data(), m, p.data(), qT.data(), r, b, std::min(n, b + 3));
   REQUIRE(o1 == o2);
   REQUIRE(e1 == e2);
 }

@@ -70,8 +70,7 @@ TEST_CASE("p2p many queued messages arrive in order", "[shm][p2p]") {
       }
       // Post every receive up front: they must match the messages in posting order.
       for (int i = 0; i < kCount; ++i) {
-        e.irecv(0, 5, in[size_t(i)].data(), in[size_t(i)].size(), Clock::now() + kOpTimeout,
-                waiters[size_t(i)].done());
+        e.irecv(0, 5, in[size_t(i)].data(), in[size_t(i)].size(), Clock::now() + kOpTimeout, waiters[size_t(i)].done());
       }
       for (int i = 0; i < kCount; ++i) {
         expectOk(waiters[size_t(i)].get(), detail::str("recv ", i));

@@ -217,8 +217,8 @@ TEST_CASE("p2p destroying the engine fails what is pending, even from a Done cal
   expectError<Error>(w.get(), "recv pending at destruction", {"recv from rank 1", "destroyed"});
 
   // The last owner drops the engine inside a Done callback, on the engine's own thread.
-  auto holder = std::make_shared<std::unique_ptr<P2pEngine>>(
-      std::make_unique<P2pEngine>(rendezvous, 0, 2, p2pOptions()));
+  auto holder = std::make_shared<std::unique_ptr<P2pEngine>>(std::make_unique<P2pEngine>(rendezvous, 0, 2,
+                                                                                         p2pOptions()));
   std::promise<void> dropped;
   (*holder)->irecv(1, 0, buf, 4, Clock::now() + Ms(50), [holder, &dropped](std::exception_ptr, int) {
     holder->reset();

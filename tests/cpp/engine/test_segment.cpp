@@ -35,8 +35,7 @@ int makeByHand(const std::string& name, mode_t mode, size_t bytes) {
 }
 
 std::string handName(const char* tag) {
-  return detail::str("/", ShmSegment::userPrefix(), tag, "_", getpid(), "_",
-                     Clock::now().time_since_epoch().count());
+  return detail::str("/", ShmSegment::userPrefix(), tag, "_", getpid(), "_", Clock::now().time_since_epoch().count());
 }
 
 }  // namespace
@@ -87,8 +86,7 @@ TEST_CASE("two creates never share a segment; open() maps the same one", "[shm][
 TEST_CASE("open() refuses foreign names and foreign files", "[shm][segment]") {
   ShmLeakCheck leaks;
   CHECK_THROWS_WITH(ShmSegment::open("/not_tunedist", 4096), Catch::Contains("refusing"));
-  CHECK_THROWS_WITH(ShmSegment::open(detail::str("/tunedist_", getuid() + 1, "_x"), 4096),
-                    Catch::Contains("refusing"));
+  CHECK_THROWS_WITH(ShmSegment::open(detail::str("/tunedist_", getuid() + 1, "_x"), 4096), Catch::Contains("refusing"));
   CHECK_THROWS_AS(ShmSegment::open(ShmSegment::userPrefix(), 4096), Error);  // no leading '/'
 
   SECTION("a name that does not exist") {
@@ -121,7 +119,7 @@ TEST_CASE("the name disappears after unlink() and after destruction, not after a
     REQUIRE(shmExists(name));
     seg.unlink();
     CHECK_FALSE(shmExists(name));
-    seg.unlink();  // idempotent
+    seg.unlink();                                       // idempotent
     static_cast<unsigned char*>(seg.data())[4095] = 1;  // the mapping outlives the name
     CHECK(static_cast<unsigned char*>(seg.data())[4095] == 1);
   }

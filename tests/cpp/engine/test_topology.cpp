@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "shm_test_util.h"
 #include "topology/host_discovery.h"
 #include "topology/host_topology.h"
-#include "shm_test_util.h"
 
 namespace tunedist::test {
 namespace {
@@ -136,8 +136,8 @@ class BlindRendezvous final : public Rendezvous {
   MemRendezvous inner_;
 };
 
-std::vector<std::exception_ptr> discover(const std::shared_ptr<Rendezvous>& rdv,
-                                         const std::vector<std::string>& labels, std::vector<HostLayout>& out) {
+std::vector<std::exception_ptr> discover(const std::shared_ptr<Rendezvous>& rdv, const std::vector<std::string>& labels,
+                                         std::vector<HostLayout>& out) {
   const int size = int(labels.size());
   out.assign(size_t(size), HostLayout{});
   const std::string fp = shm::shareableMemoryFingerprint("/dev/shm");

@@ -38,9 +38,9 @@ void alltoallPacked(Ctx c, const at::Tensor& src, const std::vector<int64_t>& se
   at::Tensor in = src;
   at::Tensor out = dst;
   c.x.countData(size_t(src.numel()));
-  c.x.wait(c.x.group(c.x.everyone())->alltoall_base(out, in, outSplits, inSplits,
-                                                   withTimeout<c10d::AllToAllOptions>(c)),
-           c.op);
+  c.x.wait(
+      c.x.group(c.x.everyone())->alltoall_base(out, in, outSplits, inSplits, withTimeout<c10d::AllToAllOptions>(c)),
+      c.op);
 }
 
 }  // namespace

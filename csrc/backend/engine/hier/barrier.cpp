@@ -5,8 +5,6 @@
 
 namespace tunedist::hier {
 
-void barrier(Ctx c) {
-  agreeEverywhere(c, describe(shm::OpCode::kBarrier, c.op.seq, 0, 0));
-}
+void barrier(Ctx c) { agreeEverywhere(c, describe(shm::OpCode::kBarrier, c.op.seq, 0, 0)); }
 
 }  // namespace tunedist::hier

@@ -40,8 +40,8 @@ void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const shm::Op
   while (!signal->done) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= ctx.deadline) {
-      throw TimeoutError(c10::str("timed out after ", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                          now - start).count(),
+      throw TimeoutError(c10::str("timed out after ",
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
                                   " ms waiting for the ranks on other hosts"));
     }
     if (now >= nextCheck) {
@@ -59,7 +59,10 @@ void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const shm::Op
 
 CrossHost::CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, shm::HostLayout layout, GlooFactory factory,
                      std::chrono::milliseconds timeout)
-    : store_(std::move(store)), rank_(rank), layout_(std::move(layout)), factory_(std::move(factory)),
+    : store_(std::move(store)),
+      rank_(rank),
+      layout_(std::move(layout)),
+      factory_(std::move(factory)),
       timeout_(timeout) {
   TORCH_CHECK(factory_, "tunedist: rank ", rank_, ": this process group spans ", layout_.numHosts(),
               " hosts, which needs gloo between hosts, but no gloo factory was given (a group made from C++ with "
@@ -178,8 +181,8 @@ void CrossHost::agree(const std::vector<int>& members, const shm::OpContext& ctx
         const auto value = [f](int64_t v) {
           return f == 0 ? std::string(shm::opCodeName(static_cast<shm::OpCode>(v))) : std::to_string(v);
         };
-        TORCH_CHECK(false, "ranks disagree on the operation: rank ", members[i], " has ", field, "=",
-                    value(all[i][f]), " but rank ", rank_, " has ", field, "=", value(desc[f]),
+        TORCH_CHECK(false, "ranks disagree on the operation: rank ", members[i], " has ", field, "=", value(all[i][f]),
+                    " but rank ", rank_, " has ", field, "=", value(desc[f]),
                     " (every rank must call the same collective with matching sizes, dtypes, ops and roots)");
       }
     }
@@ -239,11 +242,11 @@ void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<v
       // Classified by type: gloo's own errors are not c10::Errors (gloo::IoException: a rank on another host died,
       // closed its connection, or the network failed), nor are the store's network errors other than
       // c10::DistNetworkError; anything else (a c10::Error from a torch op) is reported as it is.
-      const bool closed =
-          dynamic_cast<const c10::Error*>(&e) == nullptr || dynamic_cast<const c10::DistNetworkError*>(&e) != nullptr;
+      const bool closed = dynamic_cast<const c10::Error*>(&e) == nullptr ||
+                          dynamic_cast<const c10::DistNetworkError*>(&e) != nullptr;
       full = c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", x.rank(), " of ", x.size(),
-                      " (host ", x.host(), " of ", x.layout().numHosts(), "): ",
-                      closed ? "a rank on another host is dead or closed its connection: " : "", what);
+                      " (host ", x.host(), " of ", x.layout().numHosts(),
+                      "): ", closed ? "a rank on another host is dead or closed its connection: " : "", what);
     }
     x.fail(full);
     abortLocal(full);

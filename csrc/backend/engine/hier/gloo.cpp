@@ -41,8 +41,7 @@ std::vector<int64_t> describe(shm::OpCode op, uint64_t seq, int64_t count, int d
 }
 
 const std::vector<const char*>& describeFields() {
-  static const std::vector<const char*> kFields{"op", "seq", "element count", "dtype", "reduce op", "root",
-                                                "detail"};
+  static const std::vector<const char*> kFields{"op", "seq", "element count", "dtype", "reduce op", "root", "detail"};
   return kFields;
 }
 

@@ -2,14 +2,16 @@
 
 namespace tunedist {
 
-HierHost::HierHost(std::shared_ptr<CrossHost> cross, std::unique_ptr<shm::ShmComm> comm,
-                   shm::CrossHostOptions options)
+HierHost::HierHost(std::shared_ptr<CrossHost> cross, std::unique_ptr<shm::ShmComm> comm, shm::CrossHostOptions options)
     : cross_(std::move(cross)), comm_(std::move(comm)), options_(options) {}
 
 template <typename F>
 void HierHost::run(const shm::OpContext& ctx, F&& algorithm) {
-  runCrossHost(*cross_, ctx, [this](const std::string& why) { comm_->abort(why); },
-               [&] { algorithm(hier::Ctx{*cross_, *comm_, ctx, options_}); });
+  runCrossHost(
+      *cross_, ctx, [this](const std::string& why) { comm_->abort(why); },
+      [&] {
+        algorithm(hier::Ctx{*cross_, *comm_, ctx, options_});
+      });
 }
 
 void HierHost::allreduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args) {

@@ -12,8 +12,8 @@
 
 #include "backend/engine/hier/cross_host.h"
 #include "core/options.h"
-#include "shm/comm.h"
 #include "core/types.h"
+#include "shm/comm.h"
 
 namespace tunedist::hier {
 
