@@ -30,8 +30,8 @@ struct ShmOptions {
   int spinIters = kDefaultSpinIters;
   // How often each rank's heartbeat thread bumps its counter in shared memory.
   std::chrono::milliseconds heartbeatPeriod = kDefaultHeartbeatPeriod;
-  // A peer whose heartbeat has not moved for this long (and, where we can see its process, whose process is
-  // gone) is declared dead.
+  // Last resort only, where a peer's life lock (sync.h) cannot tell whether it is alive: a peer whose heartbeat has
+  // not moved for this long is then declared dead. A stopped process still holds its lock, so it is never dead.
   std::chrono::milliseconds deadAfter = kDefaultDeadAfter;
   // Longest single futex sleep; bounds how late a waiter notices a timeout, an abort or a dead peer.
   std::chrono::milliseconds sleepSlice = kDefaultSleepSlice;

@@ -85,6 +85,51 @@ ProcessIdentity ProcessIdentity::self() {
   return id;
 }
 
+void initLifeLock(LifeLock* lock) {
+  pthread_mutexattr_t attr;
+  TD_CHECK(pthread_mutexattr_init(&attr) == 0, "tunedist: pthread_mutexattr_init failed");
+  int rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  if (rc == 0) {
+    rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  }
+  if (rc == 0) {
+    rc = pthread_mutex_init(&lock->mutex, &attr);
+  }
+  pthread_mutexattr_destroy(&attr);
+  TD_CHECK(rc == 0, "tunedist: cannot make the robust process-shared mutex that shows peers this rank is alive: ",
+           std::strerror(rc));
+}
+
+void holdLifeLock(LifeLock* lock) {
+  const int rc = pthread_mutex_lock(&lock->mutex);
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(&lock->mutex);  // a probe that died holding it; ours now
+    return;
+  }
+  TD_CHECK(rc == 0, "tunedist: cannot hold the mutex that shows peers this rank is alive: ", std::strerror(rc));
+}
+
+void releaseLifeLock(LifeLock* lock) { pthread_mutex_unlock(&lock->mutex); }
+
+Liveness probeLifeLock(LifeLock* lock) {
+  const int rc = pthread_mutex_trylock(&lock->mutex);
+  if (rc == EBUSY) {
+    // Held: by its owner, or for a moment by another peer's probe of a lock already gone (the next probe tells).
+    return Liveness::kAlive;
+  }
+  if (rc == EOWNERDEAD) {
+    // The owner died holding it: make it consistent so every later probe finds it free, not unrecoverable.
+    pthread_mutex_consistent(&lock->mutex);
+    pthread_mutex_unlock(&lock->mutex);
+    return Liveness::kGone;
+  }
+  if (rc == 0) {
+    pthread_mutex_unlock(&lock->mutex);
+    return Liveness::kGone;
+  }
+  return Liveness::kUnknown;
+}
+
 bool processCertainlyGone(const ProcessIdentity& who) {
   if (who.pid <= 0 || who.pidNamespace == 0 || who.pidNamespace != pidNamespaceInode()) {
     return false;

@@ -2,6 +2,8 @@
 // deadline, the group's abort word and the liveness of the ranks being waited for.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +32,36 @@ inline void cpuRelax() {
   std::atomic_signal_fence(std::memory_order_seq_cst);
 #endif
 }
+
+// LifeLock: a robust, process-shared mutex in shared memory that one thread of a rank's process holds for as long
+// as the rank takes part in a group. When that process dies, however it dies and in whatever pid namespace, the
+// kernel releases the mutex as owner-died; a process that is stopped (SIGSTOP, a debugger, the cgroup freezer), frozen
+// or swapped out keeps holding it. So peers learn of a death exactly, with no timing guess (probeLifeLock).
+//
+// Protocol:
+//   1. The owner initialises the lock (initLifeLock) and its holding thread locks it (holdLifeLock), both before the
+//      owner lets peers count it in (the segment's attach counter).
+//   2. Peers probe it (probeLifeLock) only after they have seen the owner counted in.
+//   3. The holding thread unlocks it (releaseLifeLock) when the rank leaves the group; from then on, as after a
+//      death, peers find it free.
+struct LifeLock {
+  pthread_mutex_t mutex;
+};
+
+enum class Liveness {
+  kAlive,    // the lock is held: the owner's process exists (it may be stopped)
+  kGone,     // the lock is free or its holder died: the owner's process exited or left the group
+  kUnknown,  // the lock could not tell (an error from the mutex): fall back to other evidence
+};
+
+// Step 1, on the owner's thread: a robust, process-shared mutex. Throws tunedist::Error if pthread refuses.
+void initLifeLock(LifeLock* lock);
+// Step 1, on the holding thread (it must live as long as the hold: a thread's exit also releases it).
+void holdLifeLock(LifeLock* lock);
+// Step 3, on the holding thread.
+void releaseLifeLock(LifeLock* lock);
+// Step 2, on any thread of a peer: never blocks. Takes the lock for a moment only when it is free or owner-died.
+Liveness probeLifeLock(LifeLock* lock);
 
 // Identity of this process as peers see it: pid, pid namespace and start time.
 struct ProcessIdentity {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <future>
 #include <thread>
 
 #include "core/env.h"
@@ -123,7 +124,6 @@ void ShmComm::ensureAttached(const OpContext& ctx) {
   lastBeat_.assign(size_t(size_), 0);
   lastBeatChange_.assign(size_t(size_), std::chrono::steady_clock::now());
   lastPeerCheck_ = std::chrono::steady_clock::now();
-  startHeartbeat();
 }
 
 void ShmComm::createSegment(const OpContext& ctx) {
@@ -144,7 +144,8 @@ void ShmComm::createSegment(const OpContext& ctx) {
   ctl(rank_).pid = me.pid;
   ctl(rank_).pidNamespace = me.pidNamespace;
   ctl(rank_).startTime = me.startTime;
-  // Publish the initialised header and our identity before anybody can count us in.
+  startHeartbeat();
+  // Publish the initialised header, our identity and our held life lock before anybody can count us in.
   header_->attached.store(1, std::memory_order_release);
   // Release: abort() on another thread may use the initialised header from now on.
   abortHeader_.store(header_, std::memory_order_release);
@@ -195,7 +196,8 @@ void ShmComm::openSegment(const OpContext& ctx) {
   ctl(rank_).pid = me.pid;
   ctl(rank_).pidNamespace = me.pidNamespace;
   ctl(rank_).startTime = me.startTime;
-  // Our identity is visible to anyone who sees the incremented count.
+  startHeartbeat();
+  // Our identity and our held life lock are visible to anyone who sees the incremented count.
   header_->attached.fetch_add(1, std::memory_order_acq_rel);
   // Release: abort() on another thread may use the header from now on.
   abortHeader_.store(header_, std::memory_order_release);
@@ -242,8 +244,30 @@ void ShmComm::waitAllAttached(const OpContext& ctx) {
   }
 }
 
+// Steps 1 of the life lock (sync.h): initialised here, held by the heartbeat thread, which lives as long as this
+// communicator; returns once it is held, so the caller may let peers count this rank in.
 void ShmComm::startHeartbeat() {
-  heartbeat_ = std::thread([this] { heartbeatLoop(); });
+  LifeLock* life = &ctl(rank_).life;
+  initLifeLock(life);
+  std::promise<void> held;
+  std::future<void> isHeld = held.get_future();
+  heartbeat_ = std::thread([this, life, held = std::move(held)]() mutable {
+    try {
+      holdLifeLock(life);
+    } catch (...) {
+      held.set_exception(std::current_exception());
+      return;
+    }
+    held.set_value();
+    heartbeatLoop();
+    releaseLifeLock(life);  // step 3: leaving the group
+  });
+  try {
+    isHeld.get();
+  } catch (...) {
+    heartbeat_.join();
+    throw;
+  }
 }
 
 void ShmComm::heartbeatLoop() {

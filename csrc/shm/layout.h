@@ -11,10 +11,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/sync.h"
+
 namespace tunedist::shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68735f64656e75ULL;  // "uned_shm" little-endian, after a 't' that did not fit
-constexpr uint32_t kProtocolVersion = 2;
+constexpr uint32_t kProtocolVersion = 3;
 constexpr int kNumBuffers = 2;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
@@ -68,12 +70,17 @@ struct alignas(kCacheLine) RankCtl {
   uint32_t reserved0;
   uint64_t pidNamespace;  // inode of /proc/self/ns/pid: kill()/proc checks only within the same namespace
   uint64_t startTime;     // process start time (/proc/self/stat field 22), guards against pid reuse
-  // Cache lines 2+: the operation descriptor, one per buffer so a rank that runs ahead never overwrites one a
+  // Cache line 2: held by this rank's heartbeat thread while the rank is in the group (sync.h LifeLock), so peers
+  // know of its death exactly; the heartbeat is only a last resort where the lock cannot tell.
+  alignas(kCacheLine) LifeLock life;
+  // Cache lines 3+: the operation descriptor, one per buffer so a rank that runs ahead never overwrites one a
   // slower peer is still comparing.
   alignas(kCacheLine) OpDesc desc[kNumBuffers];
 };
 static_assert(sizeof(RankCtl) % kCacheLine == 0, "RankCtl must not share cache lines");
 static_assert(offsetof(RankCtl, heartbeat) == kCacheLine, "heartbeat must sit on its own cache line");
+static_assert(sizeof(LifeLock) <= kCacheLine, "the life lock must fit one cache line");
+static_assert(sizeof(RankCtl) == 5 * kCacheLine, "RankCtl layout changed: bump kProtocolVersion, update doctor");
 
 inline size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 

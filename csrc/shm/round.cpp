@@ -143,14 +143,17 @@ void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFo
       lastBeat_[p] = beat;
       lastBeatChange_[p] = now;
     }
+    // The life lock knows exactly (a stopped or frozen process still holds it); the heartbeat counts only where the
+    // lock cannot tell, as a last resort.
+    const Liveness life = probeLifeLock(&ctl(p).life);
     ProcessIdentity who{c.pid, c.pidNamespace, c.startTime};
-    bool gone = processCertainlyGone(who);
+    const bool exited = life == Liveness::kGone || processCertainlyGone(who);
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
-    if (gone || silent > options_.deadAfter) {
+    if (exited || (life == Liveness::kUnknown && silent > options_.deadAfter)) {
       fail(ctx,
-           detail::str("rank ", p, " (pid ", c.pid,
-                       ") is dead: ", gone ? "its process has exited" : "its heartbeat stopped ",
-                       gone ? "" : detail::str(silent.count(), " ms ago"),
+           detail::str("rank ", p, " (pid ", c.pid, ") is dead: ",
+                       exited ? "its process has exited or left the group"
+                              : detail::str("its heartbeat stopped ", silent.count(), " ms ago"),
                        ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
            false, true);
     }

@@ -1,5 +1,7 @@
 #include "shm/p2p/heartbeat.h"
 
+#include "core/error.h"
+
 namespace tunedist::shm::p2p {
 
 void Heartbeat::start() {
@@ -10,12 +12,45 @@ void Heartbeat::start() {
 void Heartbeat::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
+    takeLocks();
     for (std::atomic<uint64_t>* beat : beats_) {
       // Release: a peer that sees the new count knows this process was alive a moment ago.
       beat->fetch_add(1, std::memory_order_release);
     }
-    cv_.wait_for(lock, period_, [this] { return stop_; });
+    cv_.wait_for(lock, period_, [this] { return stop_ || !toHold_.empty(); });
   }
+  // Leaving: every lock we hold becomes free, as at our death; the rings are closed first, so peers see "closed".
+  for (LifeLock* l : held_) {
+    releaseLifeLock(l);
+  }
+  held_.clear();
+}
+
+// Called by the thread with mutex_ held: holds what hold() handed over and wakes the callers.
+void Heartbeat::takeLocks() {
+  if (toHold_.empty()) {
+    return;
+  }
+  for (LifeLock* l : toHold_) {
+    try {
+      holdLifeLock(l);
+      held_.push_back(l);
+    } catch (const std::exception& e) {
+      holdError_ = e.what();
+    }
+  }
+  toHold_.clear();
+  cv_.notify_all();
+}
+
+void Heartbeat::hold(LifeLock* lock) {
+  initLifeLock(lock);
+  std::unique_lock<std::mutex> guard(mutex_);
+  TD_CHECK(thread_.joinable() && !stop_, "tunedist: internal error: a p2p life lock handed to a stopped heartbeat");
+  toHold_.push_back(lock);
+  cv_.notify_all();
+  cv_.wait(guard, [&] { return toHold_.empty() || stop_; });
+  TD_CHECK(holdError_.empty() && !stop_, "tunedist: ", holdError_.empty() ? "the heartbeat stopped" : holdError_);
 }
 
 void Heartbeat::add(P2pRing& ring) {

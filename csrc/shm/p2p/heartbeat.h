@@ -1,6 +1,7 @@
-// Heartbeat: a small thread that bumps our heartbeat counter in every ring this process has mapped, so peers can
-// tell that it lives. A thread of its own, so a long Done callback on the progress thread never makes peers think
-// this process died.
+// Heartbeat: a small thread that holds our life lock (core/sync.h) in every ring this process has mapped, so peers
+// learn of this process's death exactly, and bumps our heartbeat counter there, the last resort where a lock cannot
+// tell. A thread of its own, so a long Done callback on the progress thread never makes peers think this process
+// died.
 #pragma once
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,15 +29,21 @@ class Heartbeat {
   void stop();
   // Beats once in `ring` now and with every period from now on. The ring must outlive the thread.
   void add(P2pRing& ring);
+  // Initialises `lock` and has the thread hold it until stop(); returns once it is held. The thread must run.
+  void hold(LifeLock* lock);
 
  private:
   void loop();
+  void takeLocks();
 
   const std::chrono::milliseconds period_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stop_ = false;
   std::vector<std::atomic<uint64_t>*> beats_;
+  std::vector<LifeLock*> toHold_;  // handed over by hold(), taken by the thread
+  std::vector<LifeLock*> held_;    // the thread's only
+  std::string holdError_;          // why the thread could not hold the last lock handed over
   std::thread thread_;
 };
 

@@ -20,7 +20,7 @@
 namespace tunedist::shm {
 
 constexpr uint64_t kP2pRingMagic = 0x676e69725f703270ULL;  // "p2p_ring" little-endian
-constexpr uint32_t kP2pVersion = 1;
+constexpr uint32_t kP2pVersion = 2;
 constexpr uint64_t kP2pMsgMagic = 0x67736d5f703270ULL;  // "p2p_msg"
 constexpr size_t kP2pErrorBytes = 1024;
 
@@ -68,6 +68,12 @@ struct alignas(kCacheLine) P2pRingHeader {
   // Lines 4+: the receiver's error report (P2pErrorState; release on kPosted makes the text visible).
   alignas(kCacheLine) std::atomic<uint32_t> errorState;
   char errorText[kP2pErrorBytes];
+
+  // The life locks (core/sync.h), each on a line of its own: held by the sender's (receiver's) heartbeat thread from
+  // before the ring is announced (before receiverAttached is set) until that process leaves, so each side learns of
+  // the other's death exactly, while a stopped process still holds its lock.
+  alignas(kCacheLine) LifeLock senderLife;
+  alignas(kCacheLine) LifeLock receiverLife;
 };
 static_assert(offsetof(P2pRingHeader, head) == 1 * kCacheLine, "head must start the sender's cache line");
 static_assert(offsetof(P2pRingHeader, tail) == 2 * kCacheLine, "tail must start the receiver's cache line");

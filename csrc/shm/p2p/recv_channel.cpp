@@ -37,7 +37,8 @@ bool RecvChannel::poll(Clock::time_point now) {
       return false;
     }
     std::string name = ctx_.rendezvous->get(key, kAnnounceGetTimeout);
-    ring_ = P2pRing::open(name, src_, ctx_.rank, ctx_.options.p2pChannelBytes);
+    ring_ = P2pRing::open(name, src_, ctx_.rank, ctx_.options.p2pChannelBytes,
+                          [this](LifeLock* l) { ctx_.heartbeat->hold(l); });
     if (ring_ == nullptr) {
       return senderGone(name, now);
     }

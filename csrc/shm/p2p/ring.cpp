@@ -14,7 +14,7 @@
 namespace tunedist::shm {
 
 std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, const char* shmDir,
-                                         std::chrono::seconds sweepMinAge) {
+                                         std::chrono::seconds sweepMinAge, const HoldLife& hold) {
   ShmSegment segment = ShmSegment::create("p", p2pSegmentBytes(dataBytes), shmDir, sweepMinAge);
   auto* header = new (segment.data()) P2pRingHeader();
   header->magic = kP2pRingMagic;
@@ -28,12 +28,15 @@ std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, con
   header->senderPid = me.pid;
   header->senderPidNamespace = me.pidNamespace;
   header->senderStartTime = me.startTime;
-  // The receiver reads these fields only after it found the name, which we publish after this returns.
+  // The receiver reads these fields (and probes our life lock) only after it found the name, which we publish after
+  // this returns.
   std::unique_ptr<P2pRing> ring(new P2pRing(std::move(segment), true));
+  hold(&header->senderLife);
   return ring;
 }
 
-std::unique_ptr<P2pRing> P2pRing::open(const std::string& name, int src, int dst, size_t dataBytes) {
+std::unique_ptr<P2pRing> P2pRing::open(const std::string& name, int src, int dst, size_t dataBytes,
+                                       const HoldLife& hold) {
   bool notFound = false;
   ShmSegment segment = ShmSegment::open(name, p2pSegmentBytes(dataBytes), &notFound);
   if (!segment.valid()) {
@@ -56,7 +59,8 @@ std::unique_ptr<P2pRing> P2pRing::open(const std::string& name, int src, int dst
   header->receiverPid = me.pid;
   header->receiverPidNamespace = me.pidNamespace;
   header->receiverStartTime = me.startTime;
-  // Release: a sender that sees attached == 1 sees our identity.
+  hold(&header->receiverLife);
+  // Release: a sender that sees attached == 1 sees our identity and our held life lock.
   header->receiverAttached.store(1, std::memory_order_seq_cst);
   ring->notify();
   // Both sides have it mapped: drop the name so a crash of either leaves nothing behind.
@@ -134,9 +138,13 @@ P2pRing::PeerState P2pRing::peerState(Clock::time_point now, std::chrono::millis
   }
   ProcessIdentity who = isSender_ ? ProcessIdentity{h.receiverPid, h.receiverPidNamespace, h.receiverStartTime}
                                   : ProcessIdentity{h.senderPid, h.senderPidNamespace, h.senderStartTime};
-  if (processCertainlyGone(who)) {
+  const Liveness life = probeLifeLock(isSender_ ? &header_->receiverLife : &header_->senderLife);
+  if (life == Liveness::kGone || processCertainlyGone(who)) {
     *reason = detail::str("is dead: its process (pid ", who.pid, ") has exited");
     return PeerState::kDead;
+  }
+  if (life == Liveness::kAlive) {
+    return PeerState::kAlive;  // perhaps stopped, but there: a slow peer, not a dead one
   }
   auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_);
   if (silent > deadAfter) {

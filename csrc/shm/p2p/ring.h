@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,13 +22,19 @@ class P2pRing {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Sender: creates and initialises a ring for src -> dst with `dataBytes` of data, stamped with our identity.
+  // Makes a long-lived thread of this process hold `lock` (heartbeat.h Heartbeat::hold); returns once held.
+  using HoldLife = std::function<void(LifeLock* lock)>;
+
+  // Sender: creates and initialises a ring for src -> dst with `dataBytes` of data, stamped with our identity and
+  // with our life lock held (`hold`).
   static std::unique_ptr<P2pRing> create(int src, int dst, size_t dataBytes, const char* shmDir,
-                                         std::chrono::seconds sweepMinAge);
+                                         std::chrono::seconds sweepMinAge, const HoldLife& hold);
   // Receiver: maps the ring `name` announced by src, checks it, stamps our identity, marks us attached and
   // unlinks the name (both sides have it mapped now, so nothing can leak). Returns null when the name does not
   // exist (a stale announcement or a sender that is already gone).
-  static std::unique_ptr<P2pRing> open(const std::string& name, int src, int dst, size_t dataBytes);
+  // Our life lock is held (`hold`) before we are marked attached.
+  static std::unique_ptr<P2pRing> open(const std::string& name, int src, int dst, size_t dataBytes,
+                                       const HoldLife& hold);
 
   P2pRing(const P2pRing&) = delete;
   P2pRing& operator=(const P2pRing&) = delete;
@@ -51,8 +58,9 @@ class P2pRing {
   std::atomic<uint64_t>& ownBeat() const;
   void markClosed();
 
-  // The peer's state as seen from our side: closed, dead (process gone, or heartbeat silent for deadAfter), or
-  // unknown (a receiver that has not attached yet). `reason` says which, for error messages.
+  // The peer's state as seen from our side: closed, dead (its life lock is free, or its process is gone; the
+  // heartbeat, silent for deadAfter, only where the lock cannot tell), or unknown (a receiver that has not attached
+  // yet). A stopped peer is alive. `reason` says which, for error messages.
   enum class PeerState { kAlive, kUnknown, kClosed, kDead };
   PeerState peerState(Clock::time_point now, std::chrono::milliseconds deadAfter, std::string* reason);
 

@@ -20,12 +20,15 @@ void SendChannel::post(OpPtr op) {
 bool SendChannel::createRing() {
   try {
     ring_ = P2pRing::create(ctx_.rank, dst_, ctx_.options.p2pChannelBytes, ctx_.options.shmDir,
-                            ctx_.options.sweepMinAge);
+                            ctx_.options.sweepMinAge, [this](LifeLock* l) { ctx_.heartbeat->hold(l); });
     // Step 1: announce the ring; the receiver maps it when it first wants our messages.
     ctx_.rendezvous->set(keys::p2pRing(ctx_.rank, dst_), ring_->name());
   } catch (const std::exception& e) {
-    // Fail the send that needed it; the next one tries again.
-    ring_.reset();
+    // Fail the send that needed it; the next one tries again. A ring whose life lock our heartbeat thread already
+    // holds stays mapped until the channel goes (after that thread), so the thread never touches unmapped memory.
+    if (ring_ != nullptr) {
+      abandoned_.push_back(std::move(ring_));
+    }
     OpPtr op = std::move(queue_.front());
     queue_.pop_front();
     std::string msg = detail::str("tunedist: ", describe(*op, ctx_.rank), " failed: ", e.what());

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "shm/p2p/context.h"
@@ -62,6 +63,7 @@ class SendChannel {
   const Context& ctx_;
   const int dst_;
   std::unique_ptr<P2pRing> ring_;
+  std::vector<std::unique_ptr<P2pRing>> abandoned_;  // rings whose announcement failed (createRing)
   uint64_t head_ = 0;  // our written-bytes cursor (published into the ring)
   uint64_t nextSeq_ = 1;
   std::deque<OpPtr> queue_;
