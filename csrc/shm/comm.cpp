@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include "core/env.h"

@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "shm/p2p/context.h"
 #include "shm/p2p/op.h"
@@ -64,7 +64,7 @@ class SendChannel {
   const int dst_;
   std::unique_ptr<P2pRing> ring_;
   std::vector<std::unique_ptr<P2pRing>> abandoned_;  // rings whose announcement failed (createRing)
-  uint64_t head_ = 0;  // our written-bytes cursor (published into the ring)
+  uint64_t head_ = 0;                                // our written-bytes cursor (published into the ring)
   uint64_t nextSeq_ = 1;
   std::deque<OpPtr> queue_;
   std::string peerError_;  // the receiver's report, for the next send that starts

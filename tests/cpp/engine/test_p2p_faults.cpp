@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 #include "file_rendezvous.h"
 #include "p2p_test_util.h"
 
