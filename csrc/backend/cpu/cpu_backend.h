@@ -99,6 +99,9 @@ class CpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  // Blocks until every rank arrived or the timeout passed; rank 0 names the ranks that did not arrive
+  // (monitored_barrier.cpp).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override { executor_->startCoalescing(); }
@@ -170,6 +173,7 @@ class CpuBackend : public c10d::Backend {
   std::unique_ptr<shm::P2pEngine> p2p_;
   std::unique_ptr<hier::CrossHostP2p> crossP2p_;  // under topoMutex_
   std::atomic<uint64_t> p2pSeq_{0};
+  std::atomic<uint64_t> monitoredBarriers_{0};  // calls so far: each call's store keys carry its number
 };
 
 template <typename F>
