@@ -60,6 +60,11 @@ class CpuBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  // A sparse COO tensor is summed as gloo does (allreduce_sparse.cpp); torch sends it to allreduce_sparse.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override {
+    return allreduce(tensors, opts);
+  }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
@@ -146,6 +151,9 @@ class CpuBackend : public c10d::Backend {
   void prepareCollective(const shm::OpContext& ctx);
   // Fails every engine that exists with `reason` (and, once they exist, the ones made later).
   void abortEngines(const std::string& reason);
+
+  // all_reduce of one sparse COO tensor (allreduce_sparse.cpp).
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
 
   // Point-to-point (p2p.cpp).
   c10::intrusive_ptr<c10d::Work> startRecv(const at::Tensor& t, int srcRank, int tag);
