@@ -3,10 +3,14 @@
 * dist.all_reduce of sparse tensors (uncoalesced input with duplicate indices, ranks with different nnz, a rank
   with none, scalar and row values, several dtypes) gives bit-identical indices and values to gloo's.
 * DDP over nn.Embedding(sparse=True) (sparse gradients) trains to the same parameters as on gloo.
+* The same on two simulated hosts (TUNEDIST_HOST_ID; gloo between the hosts), against a gloo group.
 * Reduce ops other than SUM are refused with a clear error, as gloo does.
 """
 
 from __future__ import annotations
+
+import os
+from datetime import timedelta
 
 import pytest
 import torch
@@ -83,11 +87,11 @@ class _SparseModel(nn.Module):
         return self.fc(self.emb(ids).sum(dim=1))
 
 
-def _train_sparse_ddp(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+def _train_sparse_ddp(rank: int, world_size: int, group=None) -> dict[str, torch.Tensor]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    model = DDP(_SparseModel())
+    model = DDP(_SparseModel(), process_group=group)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(100 + rank)
     for _ in range(DDP_STEPS):
@@ -108,3 +112,30 @@ def test_ddp_sparse_embedding_matches_gloo():
         for name, value in gloo[rank].items():
             assert torch.equal(tuned[rank][name], value), f"rank {rank} {name}: differs from gloo"
     assert all(torch.equal(tuned[0][k], tuned[1][k]) for k in tuned[0]), "ranks diverged"
+
+
+def _two_hosts(rank: int, world_size: int) -> int:
+    os.environ["TUNEDIST_HOST_ID"] = f"host{rank // 2}"
+    dist.init_process_group("tuned", init_method="env://", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=60))
+    gloo = dist.new_group(backend="gloo")
+    for dtype, dense in CASES:
+        a = _sparse_input(rank, world_size, dtype, dense)
+        b = a.clone()
+        dist.all_reduce(a)
+        dist.all_reduce(b, group=gloo)
+        assert torch.equal(a._indices(), b._indices()), f"rank {rank} {dtype} dense {dense}: indices differ"
+        assert torch.equal(a._values(), b._values()), f"rank {rank} {dtype} dense {dense}: values differ"
+    tuned = _train_sparse_ddp(rank, world_size)
+    ref = _train_sparse_ddp(rank, world_size, gloo)
+    # Across hosts, dense float all_reduce (the Linear's gradients) equals gloo's only up to rounding (README).
+    for name, value in ref.items():
+        assert torch.allclose(tuned[name], value, rtol=1e-5, atol=1e-6), f"rank {rank} {name}: DDP differs from gloo"
+    dist.destroy_process_group(gloo)
+    import tunedist
+
+    return len(tunedist._C.host_layout(dist.group.WORLD._get_backend(torch.device("cpu"))))
+
+
+def test_sparse_allreduce_two_hosts_matches_gloo():
+    assert launch(4, _two_hosts, init=False, timeout_s=LAUNCH_TIMEOUT_S) == [2] * 4
