@@ -29,8 +29,8 @@ class StoreRendezvous : public Rendezvous {
     auto pause = std::chrono::microseconds(200);
     while (!store_->check({key})) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        throw tunedist::TimeoutError(std::string("tunedist: key '") + key + "' did not appear in the process " +
-                                     "group's store within " + std::to_string(timeout.count()) + " ms");
+        throw tunedist::TimeoutError("tunedist: Timed out after " + std::to_string(timeout.count()) +
+                                     " ms waiting for key '" + key + "' to appear in the process group's store");
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(20000));

@@ -82,6 +82,11 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce(std::vector<at::Tensor>& 
   return collective("all_reduce", tensors).allreduce(tensors, opts);
 }
 
+c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                              const c10d::AllreduceOptions& opts) {
+  return collective("all_reduce", tensors).allreduce_sparse(tensors, opts);
+}
+
 c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                  const c10d::AllreduceCoalescedOptions& opts) {
   return collective("all_reduce_coalesced", tensors).allreduce_coalesced(tensors, opts);

@@ -42,7 +42,7 @@ bool TunedWork::wait(std::chrono::milliseconds timeout) {
   auto limit = timeout == kNoTimeout ? timeout_ : timeout;
   bool done = cv_.wait_for(lock, limit, [this] { return completed_; });
   TORCH_CHECK(done, "tunedist: ", c10d::opTypeToString(opType_), " (seq ", seq_, ") on rank ", rank_,
-              ": wait() timed out after ", limit.count(), " ms; the operation is still running");
+              ": Timed out in wait() after ", limit.count(), " ms; the operation is still running");
   if (exception_) {
     std::rethrow_exception(exception_);
   }

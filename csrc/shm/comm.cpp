@@ -158,7 +158,7 @@ void ShmComm::openSegment(const OpContext& ctx) {
     if (!rendezvous_->check(kSegmentKey)) {
       if (std::chrono::steady_clock::now() >= ctx.deadline) {
         throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
-                                       ": timed out waiting for rank 0 to create the group's shared memory; ",
+                                       ": Timed out waiting for rank 0 to create the group's shared memory; ",
                                        "check that rank 0 is alive and calls this collective too."));
       }
       std::this_thread::sleep_for(kAttachPoll);
@@ -237,7 +237,7 @@ void ShmComm::waitAllAttached(const OpContext& ctx) {
         }
       }
       throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
-                                     ": timed out attaching the group's shared memory; ranks [", missing.str(),
+                                     ": Timed out attaching the group's shared memory; ranks [", missing.str(),
                                      "] never attached. Check they are alive and call this collective too."));
     }
     usleep(200);

@@ -127,7 +127,7 @@ void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFo
       ranks << (i ? ", " : "") << waitingFor[i];
     }
     fail(ctx,
-         detail::str("timed out at step ", stepInOp_, " of the operation waiting for ranks [", ranks.str(),
+         detail::str("Timed out at step ", stepInOp_, " of the operation waiting for ranks [", ranks.str(),
                      "], which are alive but have not reached it. Check that every rank calls the same ",
                      "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
          true, false);

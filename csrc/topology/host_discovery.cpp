@@ -88,7 +88,7 @@ std::string HostDiscovery::getBefore(const std::string& key, Clock::time_point d
   try {
     return rendezvous_->get(key, std::max(left, std::chrono::milliseconds(1)));
   } catch (const TimeoutError&) {
-    throw TimeoutError(detail::str("tunedist: rank ", rank_, " of ", size_, " timed out waiting for ", what,
+    throw TimeoutError(detail::str("tunedist: rank ", rank_, " of ", size_, ": Timed out waiting for ", what,
                                    " (store key '", key,
                                    "') while finding which ranks share a host; check that "
                                    "it is alive and calls this operation too"));

@@ -175,8 +175,23 @@ def test_timeout_names_missing_rank(case):
     if isinstance(runs, Exception):
         raise runs
     msg, elapsed = runs[0][case]
-    assert "timed out" in msg and re.search(r"ranks \[1\]|rank 1\b", msg), msg
+    assert "Timed out" in msg and re.search(r"ranks \[1\]|rank 1\b", msg), msg
     assert 2.5 <= elapsed < 30.0, f"timed out after {elapsed:.1f} s with a 3 s timeout: {msg}"
+
+
+# What torch's own tests and users' tooling look for in a timeout's message (torch.testing._internal's
+# distributed tests match errors against this).
+TORCH_TIMEOUT_REGEX = " (Timed out|closed|timeout) "
+
+
+@pytest.mark.parametrize("case", list(TIMEOUT_CASES))
+def test_timeout_message_matches_torch_regex(case):
+    # "while_attaching" is the group's first collective: the peer never attaches its shared memory.
+    runs = _runs_of(_timeout_worker)
+    if isinstance(runs, Exception):
+        raise runs
+    msg, _ = runs[0][case]
+    assert re.search(TORCH_TIMEOUT_REGEX, msg), msg
 
 
 # ---------------------------------------------------------------------------------------------------------------

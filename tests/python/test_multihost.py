@@ -175,7 +175,7 @@ def _host_mismatch(rank: int, world: int, hosts: list, kind: str) -> str:
 ])
 def test_hosts_that_disagree_get_a_clear_error(kind, words):
     for rank, msg in enumerate(launch(4, _host_mismatch, [0, 0, 1, 1], kind, init=False)):
-        assert all(w in msg for w in words) and "timed out" not in msg, f"rank {rank}: {msg}"
+        assert all(w in msg for w in words) and "Timed out" not in msg, f"rank {rank}: {msg}"
 
 
 def _die_mid_collective(rank: int, world: int, hosts: list, timeout_s: float) -> dict:

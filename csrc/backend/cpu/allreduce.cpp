@@ -7,6 +7,9 @@ namespace tunedist {
 c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceOptions& opts) {
   constexpr const char* kOp = "all_reduce";
+  if (tensors.size() == 1 && tensors[0].layout() == c10::kSparse) {
+    return allreduceSparse(tensors, opts);
+  }
   shm::ReduceArgs args;
   guardCall(kOp, [&] {
     TORCH_CHECK(tensors.size() == 1, kOp, ": expects exactly one tensor, got ", tensors.size());

@@ -60,6 +60,11 @@ class CpuBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  // A sparse COO tensor is summed as gloo does (allreduce_sparse.cpp); torch sends it to allreduce_sparse.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override {
+    return allreduce(tensors, opts);
+  }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
@@ -99,6 +104,9 @@ class CpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  // Blocks until every rank arrived or the timeout passed; rank 0 names the ranks that did not arrive
+  // (monitored_barrier.cpp).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override { executor_->startCoalescing(); }
@@ -144,6 +152,9 @@ class CpuBackend : public c10d::Backend {
   // Fails every engine that exists with `reason` (and, once they exist, the ones made later).
   void abortEngines(const std::string& reason);
 
+  // all_reduce of one sparse COO tensor (allreduce_sparse.cpp).
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
+
   // Point-to-point (p2p.cpp).
   c10::intrusive_ptr<c10d::Work> startRecv(const at::Tensor& t, int srcRank, int tag);
   // The P2pEngine's rank for group rank `peer` (its position on this host), or -1 for a peer on another host.
@@ -170,6 +181,7 @@ class CpuBackend : public c10d::Backend {
   std::unique_ptr<shm::P2pEngine> p2p_;
   std::unique_ptr<hier::CrossHostP2p> crossP2p_;  // under topoMutex_
   std::atomic<uint64_t> p2pSeq_{0};
+  std::atomic<uint64_t> monitoredBarriers_{0};  // calls so far: each call's store keys carry its number
 };
 
 template <typename F>

@@ -36,7 +36,7 @@ std::exception_ptr opError(const Op& op, int rank, const std::string& why, bool 
 }
 
 std::exception_ptr timeoutError(const Op& op, int rank, const std::string& why) {
-  return errorOf<TimeoutError>(detail::str("tunedist: ", describe(op, rank), " timed out after ",
+  return errorOf<TimeoutError>(detail::str("tunedist: ", describe(op, rank), ": Timed out after ",
                                            msBetween(op.posted, op.deadline), " ms: ", why));
 }
 

@@ -145,8 +145,8 @@ void SendChannel::expire(Clock::time_point now) {
                                              " has not started receiving from this rank. Check that "
                                              "it calls the matching receive");
     std::exception_ptr error = timeoutError(*op, ctx_.rank, why);
-    std::string broken = detail::str("an earlier send to rank ", dst_, " (tag ", op->tag, ") timed out, so ",
-                                     "the order of messages to it can no longer be kept");
+    std::string broken = detail::str("after the timeout of an earlier send to rank ", dst_, " (tag ", op->tag,
+                                     ") the order of messages to it can no longer be kept");
     p2p::fail(std::move(op), std::move(error));
     fail(broken, false);
     return;

@@ -71,8 +71,8 @@ TEST_CASE("p2p timeouts name the operation, the peer, the tag and the size", "[s
     if (r == 0) {
       std::vector<uint8_t> big(100000);
       expectError<TimeoutError>(sendWait(e, 1, 2, big.data(), big.size(), Ms(300)), "send to a deaf peer",
-                                {"send to rank 1 (tag 2, 100000 bytes) on rank 0 timed out", "not started receiving"});
-      expectError<Error>(sendWait(e, 1, 3, big.data(), 8), "send after a timed-out send", {"timed out"});
+                                {"send to rank 1 (tag 2, 100000 bytes) on rank 0: Timed out", "not started receiving"});
+      expectError<Error>(sendWait(e, 1, 3, big.data(), 8), "send after a timed-out send", {"timeout"});
     }
     barrier.wait();
     // Phase 2: rank 2 never sends. The any-source receive also drains (and drops) the broken half message of
@@ -80,9 +80,9 @@ TEST_CASE("p2p timeouts name the operation, the peer, the tag and the size", "[s
     if (r == 1) {
       char buf[8];
       expectError<TimeoutError>(recvWait(e, 2, 4, buf, 8, Ms(200)), "recv from a silent peer",
-                                {"recv from rank 2 (tag 4, 8 bytes) on rank 1 timed out", "has sent nothing"});
+                                {"recv from rank 2 (tag 4, 8 bytes) on rank 1: Timed out", "has sent nothing"});
       expectError<TimeoutError>(recvWait(e, -1, 4, buf, 8, Ms(200)), "any-source recv",
-                                {"recv from any source (tag 4", "timed out"});
+                                {"recv from any source (tag 4", "Timed out"});
       expectError<PeerDeadError>(recvWait(e, 0, 2, buf, 8, Ms(200)), "recv from the broken channel",
                                  {"recv from rank 0", "rank 0 closed"});
     }

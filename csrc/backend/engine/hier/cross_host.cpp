@@ -40,7 +40,7 @@ void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const shm::Op
   while (!signal->done) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= ctx.deadline) {
-      throw TimeoutError(c10::str("timed out after ",
+      throw TimeoutError(c10::str("Timed out after ",
                                   std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
                                   " ms waiting for the ranks on other hosts"));
     }
