@@ -21,7 +21,7 @@ from ..nccl_env import Finding
 
 PAGE_BYTES = 4096  # layout.h kPage
 NUM_BUFFERS = 2  # layout.h kNumBuffers: each rank's slots are double-buffered
-RANK_CTL_BYTES = 320  # sizeof(layout.h RankCtl): step line, heartbeat line, life lock line, two 40-byte OpDescs in two lines
+RANK_CTL_BYTES = 320  # sizeof(layout.h RankCtl): step, heartbeat, life lock, two 40-byte OpDescs in two lines
 DEFAULT_SLOT_BYTES = 1 << 20  # options.h ShmOptions::kDefaultSlotBytes
 MAX_SLOT_BYTES = 1 << 30  # options.cpp ShmOptions::validate
 P2P_CHANNEL_BYTES = 256 << 10  # options.h ShmOptions::kDefaultP2pChannelBytes
