@@ -25,7 +25,8 @@ from dist_utils import init_url, launch
 
 GROUP_TIMEOUT_S = 300.0
 LAUNCH_TIMEOUT_S = 240.0
-# Rank 0 stops the victim this long after the barrier, so the victim is already waiting inside the operation.
+# The victim sleeps this long after the barrier before it calls the operation; rank 0 stops it at once, so rank 0
+# then waits for a stopped rank inside the operation.
 SETTLE_S = 0.3
 SMALL = 16  # float32 elements: the one-shot all_reduce
 LARGE = 1 << 20  # 4 MiB of float32: the two-shot all_reduce (above the 256 KiB one-shot limit)
@@ -48,7 +49,7 @@ def _all_reduce_checked(numel: int, group=None) -> None:
 
 
 def _one_host_worker(rank: int, world_size: int, stop_s: float) -> dict:
-    """Rank 0 stops rank 1 while rank 1 waits inside each path, then waits for it there itself."""
+    """Rank 0 stops rank 1 right after a barrier and then waits for it inside each path."""
     store = dist.distributed_c10d._get_default_store()
     store.set(f"pid{rank}", str(os.getpid()))
     victim = int(store.get("pid1")) if rank == 0 else 0
@@ -65,18 +66,17 @@ def _one_host_worker(rank: int, world_size: int, stop_s: float) -> dict:
     for path, numel in (("one_shot", SMALL), ("two_shot", LARGE)):
         dist.barrier()
         if rank == 0:
-            time.sleep(SETTLE_S)
             resume = _stop_for(victim, stop_s)
             t0 = time.monotonic()
             _all_reduce_checked(numel)
             waited[path] = time.monotonic() - t0
             resume.join()
         else:
+            time.sleep(SETTLE_S)
             _all_reduce_checked(numel)
-    # p2p: rank 1 waits in a receive when it is stopped; rank 0 then waits for its reply.
+    # p2p: rank 0 sends to the stopped rank 1, then waits for its reply.
     dist.barrier()
     if rank == 0:
-        time.sleep(SETTLE_S)
         resume = _stop_for(victim, stop_s)
         t0 = time.monotonic()
         dist.send(torch.full((4,), 7.0), 1)
@@ -86,6 +86,7 @@ def _one_host_worker(rank: int, world_size: int, stop_s: float) -> dict:
         resume.join()
         assert torch.equal(reply, torch.full((4,), 8.0)), reply
     else:
+        time.sleep(SETTLE_S)
         got = torch.zeros(4)
         dist.recv(got, 0)
         dist.send(got + 1, 0)
@@ -106,13 +107,14 @@ def _cross_host_worker(rank: int, world_size: int, stop_s: float) -> dict:
     dist.barrier()
     waited = {}
     if rank == 0:
-        time.sleep(SETTLE_S)
         resume = _stop_for(victim, stop_s)
         t0 = time.monotonic()
         _all_reduce_checked(LARGE)
         waited["cross_host"] = time.monotonic() - t0
         resume.join()
     else:
+        if rank == 2:
+            time.sleep(SETTLE_S)
         _all_reduce_checked(LARGE)
     dist.barrier()
     return waited
