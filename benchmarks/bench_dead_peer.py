@@ -6,7 +6,11 @@ and ranks 0 and 2 record the time from the kill to the error their own all_reduc
 pipelined two-shot (32 MiB, killed in its second chunk) are measured; the median and maximum over the survivors of
 all trials are printed and, with --json, written.
 
-    PYTHONPATH=python python benchmarks/bench_dead_peer.py --trials 3 --json out.json
+With --pidns the victim runs in a pid namespace of its own (`unshare --pid --fork`, as a container that shares
+/dev/shm with --ipc=host): its pid then means nothing to the survivors, so only its life lock (csrc/core/sync.h)
+can tell them it died. Needs root (or user namespaces).
+
+    PYTHONPATH=python python benchmarks/bench_dead_peer.py --trials 3 --json out.json [--pidns]
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 import os
 import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,6 +37,15 @@ VICTIM_SEQ = 2
 GROUP_TIMEOUT_S = 300
 
 
+def _outer_pid() -> int:
+    """This process's pid in the outermost pid namespace (the first NSpid field), which the survivors can kill."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return int(line.split()[1])
+    return os.getpid()
+
+
 def _rank(rank: int, world: int, init_file: str, numel: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     import tunedist  # noqa: F401,PLC0415  (registers "tuned")
@@ -41,7 +56,7 @@ def _rank(rank: int, world: int, init_file: str, numel: int, out_dir: str) -> No
     x = torch.full((numel,), float(rank + 1))
     dist.all_reduce(x)  # seq 1
     if rank == 1:
-        store.set("victim_pid", str(os.getpid()))
+        store.set("victim_pid", str(_outer_pid()))
         dist.all_reduce(x)  # stalls before its publish and is killed there
         raise RuntimeError("bench_dead_peer: rank 1 finished an all_reduce it should have died in")
     if rank == 0:
@@ -68,18 +83,29 @@ def _rank(rank: int, world: int, init_file: str, numel: int, out_dir: str) -> No
     dist.destroy_process_group()
 
 
-def run_trial(case: str) -> list[dict]:
+def run_trial(case: str, pidns: bool = False) -> list[dict]:
     numel, step = CASES[case]
     os.environ["TUNEDIST_TEST_STALL"] = f"1:{VICTIM_SEQ}:{step}:120000"
     try:
         with tempfile.TemporaryDirectory(prefix="tunedist_dead_peer_") as tmp:
             ctx = mp.get_context("spawn")
-            procs = [ctx.Process(target=_rank, args=(r, 3, os.path.join(tmp, "init"), numel, tmp)) for r in range(3)]
-            for p in procs:
+            init = os.path.join(tmp, "init")
+            procs = {r: ctx.Process(target=_rank, args=(r, 3, init, numel, tmp)) for r in (0, 2)}
+            if not pidns:
+                procs[1] = ctx.Process(target=_rank, args=(1, 3, init, numel, tmp))
+            for p in procs.values():
                 p.start()
-            for p in procs:
+            victim = None
+            if pidns:
+                victim = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, os.path.abspath(__file__),
+                                           "--victim", init, str(numel), tmp])
+            for p in procs.values():
                 p.join(GROUP_TIMEOUT_S)
-            if procs[1].exitcode != -signal.SIGKILL:
+            if pidns:
+                # unshare --fork reports a child killed by a signal only as a failure (exit 1); that it was our
+                # SIGKILL shows in the survivors' errors, checked below.
+                victim.wait(GROUP_TIMEOUT_S)
+            elif procs[1].exitcode != -signal.SIGKILL:
                 raise RuntimeError(f"bench_dead_peer: rank 1 ended with {procs[1].exitcode}, not SIGKILL")
             results = []
             for r in (0, 2):
@@ -87,6 +113,8 @@ def run_trial(case: str) -> list[dict]:
                     raise RuntimeError(f"bench_dead_peer: survivor rank {r} exited with {procs[r].exitcode}")
                 with open(os.path.join(tmp, f"rank{r}.json")) as f:
                     results.append(json.load(f))
+                if "rank 1" not in results[-1]["message"] or "dead" not in results[-1]["message"]:
+                    raise RuntimeError(f"bench_dead_peer: rank {r} failed otherwise: {results[-1]['message']}")
             return results
     finally:
         os.environ.pop("TUNEDIST_TEST_STALL", None)
@@ -96,19 +124,25 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3, help="trials per case (default 3)")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--pidns", action="store_true", help="run the victim in a pid namespace of its own")
+    parser.add_argument("--victim", nargs=3, metavar=("INIT", "NUMEL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    report = {"group_timeout_s": GROUP_TIMEOUT_S, "cases": {}}
+    if args.victim:  # rank 1 inside `unshare --pid --fork` (run_trial with --pidns)
+        _rank(1, 3, args.victim[0], int(args.victim[1]), args.victim[2])
+        return 0
+    report = {"group_timeout_s": GROUP_TIMEOUT_S, "victim_pid_namespace": "own" if args.pidns else "shared",
+              "cases": {}}
     for case in CASES:
         latencies, message = [], ""
         for _ in range(args.trials):
-            for res in run_trial(case):
+            for res in run_trial(case, args.pidns):
                 latencies.append(res["latency_s"])
                 message = res["message"]
         report["cases"][case] = {"latencies_s": latencies, "median_s": statistics.median(latencies),
                                  "max_s": max(latencies), "message": message}
         print(f"{case:9s} dead peer noticed {statistics.median(latencies) * 1e3:6.0f} ms (median), "
               f"{max(latencies) * 1e3:6.0f} ms (max) after SIGKILL over {len(latencies)} survivors; "
-              f"group timeout {GROUP_TIMEOUT_S} s")
+              f"group timeout {GROUP_TIMEOUT_S} s; victim's pid namespace: {report['victim_pid_namespace']}")
         print(f"          error: {message[:160]}")
     if args.json:
         with open(args.json, "w") as f:
