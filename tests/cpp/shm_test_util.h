@@ -5,6 +5,15 @@
 // and the /dev/shm leak check every test ends with. Element conversions are in shm_test_dtypes.h.
 #pragma once
 
+// TUNEDIST_TEST_UNDER_TSAN: set in a ThreadSanitizer build, where tests that fork processes are left out.
+#if defined(__SANITIZE_THREAD__)
+#define TUNEDIST_TEST_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TUNEDIST_TEST_UNDER_TSAN 1
+#endif
+#endif
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>

@@ -14,14 +14,6 @@
 #include "file_rendezvous.h"
 #include "shm_test_util.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define TUNEDIST_TEST_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TUNEDIST_TEST_UNDER_TSAN 1
-#endif
-#endif
-
 namespace tunedist::test {
 namespace {
 

@@ -11,14 +11,6 @@
 #include "file_rendezvous.h"
 #include "p2p_test_util.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define TUNEDIST_TEST_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TUNEDIST_TEST_UNDER_TSAN 1
-#endif
-#endif
-
 namespace tunedist::test {
 TEST_CASE("p2p size mismatch fails the receive and the sender's next send", "[shm][p2p][faults]") {
   ShmLeakCheck leaks;
