@@ -12,7 +12,7 @@ void Heartbeat::start() {
 void Heartbeat::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
-    takeLocks();
+    takeLocks(lock);
     for (std::atomic<uint64_t>* beat : beats_) {
       // Release: a peer that sees the new count knows this process was alive a moment ago.
       beat->fetch_add(1, std::memory_order_release);
@@ -26,20 +26,31 @@ void Heartbeat::loop() {
   held_.clear();
 }
 
-// Called by the thread with mutex_ held: holds what hold() handed over and wakes the callers.
-void Heartbeat::takeLocks() {
+// Called by the thread with `guard` held: holds what hold() handed over and wakes the callers. The life locks are
+// taken with mutex_ released, so every lock-order checker sees one order only (a life lock, then mutex_).
+void Heartbeat::takeLocks(std::unique_lock<std::mutex>& guard) {
   if (toHold_.empty()) {
     return;
   }
-  for (LifeLock* l : toHold_) {
+  const std::vector<LifeLock*> taking = toHold_;
+  std::vector<LifeLock*> took;
+  std::string error;
+  guard.unlock();
+  for (LifeLock* l : taking) {
     try {
       holdLifeLock(l);
-      held_.push_back(l);
+      took.push_back(l);
     } catch (const std::exception& e) {
-      holdError_ = e.what();
+      error = e.what();
     }
   }
-  toHold_.clear();
+  guard.lock();
+  held_.insert(held_.end(), took.begin(), took.end());
+  if (!error.empty()) {
+    holdError_ = error;
+  }
+  // hold() may have appended more meanwhile: those wait for the next turn.
+  toHold_.erase(toHold_.begin(), toHold_.begin() + std::ptrdiff_t(taking.size()));
   cv_.notify_all();
 }
 

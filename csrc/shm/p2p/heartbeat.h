@@ -34,7 +34,7 @@ class Heartbeat {
 
  private:
   void loop();
-  void takeLocks();
+  void takeLocks(std::unique_lock<std::mutex>& guard);
 
   const std::chrono::milliseconds period_;
   std::mutex mutex_;
