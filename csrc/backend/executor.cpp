@@ -162,11 +162,6 @@ size_t Executor::coalescedCount() {
   return coalesced_.size();
 }
 
-bool Executor::coalescing() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return coalescing_;
-}
-
 c10::intrusive_ptr<c10d::Work> Executor::endCoalescing(std::chrono::milliseconds timeout) {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   {

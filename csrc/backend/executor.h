@@ -64,7 +64,6 @@ class Executor : public std::enable_shared_from_this<Executor> {
   c10::intrusive_ptr<c10d::Work> endCoalescing(std::chrono::milliseconds timeout);
   // How many Works the open coalescing block holds so far.
   size_t coalescedCount();
-  bool coalescing();
 
   // The sequence number of the last launched operation.
   uint64_t lastSeq();
