@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Hierarchical `tuned` all_reduce against flat gloo where the network is the limit: two hosts of 2 ranks, each host
+# a network namespace, joined by one veth pair whose two ends are shaped with tbf (each end's egress, so both ways).
+#
+#   sudo benchmarks/netns_bench.sh [RATES] [OUT_DIR] [tunedist.bench arguments...]
+#   sudo NETNS_RUNS=3 benchmarks/netns_bench.sh "1gbit 10gbit" docs/records/netns_bench
+#
+# RATES: tc rates, default "1gbit 10gbit"; "unshaped" leaves the veth without a qdisc. OUT_DIR default
+# netns_bench_out. NETNS_RUNS: benchmark runs per rate (default 1). For each rate the script
+#   1. shapes both ends (tbf, see tbf_args for burst and latency),
+#   2. measures the line rate: TCP goodput one way at a time, then both ways at once (netns_linerate.py),
+#   3. counts the bytes one 16 MiB all_reduce puts on the veth each way, per backend (netns_wire.py),
+#   4. runs `python -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4` NETNS_RUNS times,
+#      saving OUT_DIR/<rate>_run<k>.json (the bench's JSON plus a "netns" section: rate, tbf, line rate, wire
+#      bytes, uptime before and after, qdisc counters) and each node's log.
+# benchmarks/netns_report.py OUT_DIR/*_run*.json prints the comparison with the byte bound.
+#
+# Namespaces, interfaces and host ids carry this script's PID, so two runs do not collide; the addresses
+# 10.77.0.1 (node 0) and 10.77.0.2 (node 1) exist only inside the two namespaces, so no traffic leaves them. The
+# rendezvous and gloo (GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME) use those addresses. An EXIT trap kills what the
+# script started and deletes the namespaces (with them the veth pair), on success, failure or Ctrl-C.
+set -euo pipefail
+
+die() {
+  echo "netns_bench.sh: $*" >&2
+  exit 2
+}
+
+rates=${1:-"1gbit 10gbit"}
+out=${2:-netns_bench_out}
+shift $(($# < 2 ? $# : 2))
+bench_args=("$@")
+runs=${NETNS_RUNS:-1}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+[[ $(id -u) -eq 0 ]] || die "needs root: it creates network namespaces, a veth pair and tc qdiscs (run with sudo)"
+if ! command -v ip > /dev/null || ! ip netns list > /dev/null 2>&1; then
+  die "needs 'ip netns' (iproute2, with network namespace support in the kernel): apt-get install iproute2"
+fi
+command -v tc > /dev/null || die "needs tc (iproute2): apt-get install iproute2"
+python3 -c 'import tunedist' 2> /dev/null || die "python3 cannot import tunedist: pip install --no-build-isolation ."
+[[ $runs =~ ^[1-9][0-9]*$ ]] || die "NETNS_RUNS must be a positive integer, not '$runs'"
+
+tag=$$
+ns=("tdnb${tag}a" "tdnb${tag}b")
+dev=("tdv${tag}a" "tdv${tag}b") # interface names: at most 15 characters
+addr=(10.77.0.1 10.77.0.2)
+port=29500 # free by construction: nothing else listens in a namespace made a moment ago
+pgids=()
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for pg in "${pgids[@]}"; do
+    kill -KILL -- "-$pg" 2> /dev/null || true
+  done
+  for n in "${ns[@]}"; do
+    ip netns del "$n" 2> /dev/null || true # deleting either namespace also deletes the veth pair
+  done
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Starts "$@" in its own session (so cleanup can kill its whole process group) inside namespace $1.
+in_ns_bg() {
+  local n=$1
+  shift
+  setsid ip netns exec "$n" "$@" &
+  pgids+=($!)
+}
+
+make_link() {
+  for i in 0 1; do
+    ip netns add "${ns[i]}"
+    ip -n "${ns[i]}" link set lo up
+  done
+  ip link add "${dev[0]}" type veth peer name "${dev[1]}"
+  for i in 0 1; do
+    ip link set "${dev[i]}" netns "${ns[i]}"
+    ip -n "${ns[i]}" addr add "${addr[i]}/24" dev "${dev[i]}"
+    ip -n "${ns[i]}" link set "${dev[i]}" up
+  done
+}
+
+# tbf parameters for a rate such as 1gbit (bytes/s = bits / 8):
+# - burst: the bytes tbf may send at full speed once tokens have piled up. It must exceed the largest packet, which
+#   on a veth is a 64 KiB GSO super-packet (a smaller burst makes tbf split them), and hold the tokens that accrue
+#   while the dequeue is late: a timer or softirq that fires 2 ms late on this busy 2-core machine would otherwise
+#   lose 2 ms of line time. So 2 ms of the rate, at least 256 KiB: 256 KiB at 1 Gbit/s (2.1 ms), 2.5 MB at 10.
+#   What it lends is taken back within the op: an idle link saves at most `burst` bytes, 1/4 of a 1 MiB op's
+#   share at 1 Gbit/s, 1/256 of a 64 MiB op's.
+# - latency 50ms: the longest a packet may wait in the queue, i.e. a queue of rate x 50 ms (6.25 MB at 1 Gbit/s).
+#   Deep enough that TCP never loses a packet to the shaper (the qdisc counters saved with each run show drops),
+#   so the goodput is the rate, not a congestion-control artefact; BBR (this kernel's default here) keeps the
+#   standing queue short anyway.
+tbf_args() {
+  local rate=$1 num unit bits
+  [[ $rate =~ ^([0-9]+)(kbit|mbit|gbit)$ ]] || die "rate '$rate': use e.g. 500mbit, 1gbit, 10gbit or unshaped"
+  num=${BASH_REMATCH[1]}
+  unit=${BASH_REMATCH[2]}
+  case $unit in
+    kbit) bits=$((num * 1000)) ;;
+    mbit) bits=$((num * 1000000)) ;;
+    gbit) bits=$((num * 1000000000)) ;;
+  esac
+  local burst=$((bits / 8 / 500))
+  ((burst >= 262144)) || burst=262144
+  echo "rate $rate burst $burst latency 50ms"
+}
+
+# What shape() does for a rate, in words saved with each run.
+shaping() {
+  if [[ $1 == unshaped ]]; then echo "no qdisc"; else echo "tbf $(tbf_args "$1")"; fi
+}
+
+shape() {
+  local rate=$1
+  for i in 0 1; do
+    ip netns exec "${ns[i]}" tc qdisc del dev "${dev[i]}" root 2> /dev/null || true
+    if [[ $rate != unshaped ]]; then
+      # shellcheck disable=SC2046 # tbf_args prints separate words on purpose
+      ip netns exec "${ns[i]}" tc qdisc add dev "${dev[i]}" root tbf $(tbf_args "$rate")
+    fi
+  done
+}
+
+qdisc_stats() {
+  for i in 0 1; do
+    echo "${ns[i]} ${dev[i]}: $(ip netns exec "${ns[i]}" tc -s qdisc show dev "${dev[i]}" | tr '\n' ' ')"
+  done
+}
+
+# One TCP stream per listed direction (0: node 0 -> node 1, 1: node 1 -> node 0), all at once, for 3 s; appends
+# the receivers' JSON, comma-separated, to file $1. Not run in a subshell, so cleanup knows every process.
+probe() {
+  local into=$1 d files=() started=()
+  shift
+  for d in "$@"; do
+    files+=("$into.part$d")
+    in_ns_bg "${ns[1 - d]}" python3 "$here/netns_linerate.py" recv "${addr[1 - d]}" $((5300 + d)) > "$into.part$d"
+    started+=($!)
+  done
+  for d in "$@"; do
+    in_ns_bg "${ns[d]}" python3 "$here/netns_linerate.py" send "${addr[1 - d]}" $((5300 + d)) 3 > /dev/null
+    started+=($!)
+  done
+  for d in "${started[@]}"; do wait "$d"; done
+  paste -sd, "${files[@]}" | paste -sd, >> "$into"
+  rm -f "${files[@]}"
+}
+
+# Writes {"node0_to_node1": {...}, "node1_to_node0": {...}, "both_at_once": [{...}, {...}]} to $1.
+line_rate() {
+  local into=$1
+  printf '{"node0_to_node1": ' > "$into"
+  probe "$into" 0
+  printf ', "node1_to_node0": ' >> "$into"
+  probe "$into" 1
+  printf ', "both_at_once": [' >> "$into"
+  probe "$into" 0 1
+  printf ']}\n' >> "$into"
+}
+
+# Runs the same worker on both nodes (2 ranks each) and waits for both torchruns.
+run_nodes() {
+  local log=$1 node started=() is_host=(true false) # node 0 hosts the rendezvous store
+  shift
+  for node in 0 1; do
+    in_ns_bg "${ns[node]}" env TUNEDIST_HOST_ID="${ns[node]}" GLOO_SOCKET_IFNAME="${dev[node]}" \
+      TP_SOCKET_IFNAME="${dev[node]}" OMP_NUM_THREADS=1 \
+      python3 -m torch.distributed.run --nnodes=2 --node-rank="$node" --nproc-per-node=2 --rdzv-backend=c10d \
+      --rdzv-endpoint="${addr[0]}:$port" --rdzv-conf=is_host="${is_host[node]}" \
+      --rdzv-id="tunedist-netns-$tag" --max-restarts=0 --local-addr="${addr[node]}" "$@" > "$log.node$node.log" 2>&1
+    started+=($!)
+  done
+  local rc=0
+  for p in "${started[@]}"; do wait "$p" || rc=$?; done
+  return "$rc"
+}
+
+next_run() {
+  local k=1
+  while [[ -e $out/${1}_run$k.json ]]; do k=$((k + 1)); done
+  echo "$k"
+}
+
+for rate in $rates; do # refuse a bad rate before making anything
+  [[ $rate == unshaped ]] || tbf_args "$rate" > /dev/null
+done
+mkdir -p "$out"
+make_link
+for rate in $rates; do
+  echo "== $rate: $(shaping "$rate")"
+  shape "$rate"
+  line_rate "$out/${rate}_linerate.json"
+  echo "line rate (TCP goodput, bytes/s): $(cat "$out/${rate}_linerate.json")"
+  run_nodes "$out/${rate}_wire" "$here/netns_wire.py" --bytes 16M --iters 4 --json "$out/${rate}_wire.json"
+  for ((r = 0; r < runs; r++)); do
+    k=$(next_run "$rate")
+    json="$out/${rate}_run$k.json"
+    up0=$(uptime)
+    run_nodes "${json%.json}" -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4 \
+      --no-progress --json "$json" "${bench_args[@]}"
+    up1=$(uptime)
+    RATE=$rate TBF="$(shaping "$rate")" UP0=$up0 UP1=$up1 \
+      QDISC="$(qdisc_stats)" LINERATE="$out/${rate}_linerate.json" WIRE="$out/${rate}_wire.json" \
+      BENCH_ARGS="${bench_args[*]}" python3 - "$json" << 'EOF'
+import json, os, sys
+path = sys.argv[1]
+with open(path) as f:
+    rec = json.load(f)
+with open(os.environ["LINERATE"]) as f:
+    line = json.load(f)
+with open(os.environ["WIRE"]) as f:
+    wire = json.load(f)
+rec["netns"] = {"rate": os.environ["RATE"], "tbf": os.environ["TBF"], "line_rate": line, "wire": wire,
+                "uptime_before": os.environ["UP0"].strip(), "uptime_after": os.environ["UP1"].strip(),
+                "qdisc_after": os.environ["QDISC"].splitlines(), "extra_bench_args": os.environ["BENCH_ARGS"]}
+with open(path, "w") as f:
+    json.dump(rec, f, indent=1)
+EOF
+    grep -h '^# tuned spans\|^#  *size(B)  *op\|^ *[0-9][0-9]*  *all_reduce' "${json%.json}".node*.log || true
+    echo "uptime before: $up0"
+    echo "uptime after:  $up1"
+  done
+done
