@@ -6,14 +6,16 @@
 #   sudo NETNS_RUNS=3 benchmarks/netns_bench.sh "1gbit 10gbit" docs/records/netns_bench
 #
 # RATES: tc rates, default "1gbit 10gbit"; "unshaped" leaves the veth without a qdisc. OUT_DIR default
-# netns_bench_out. NETNS_RUNS: benchmark runs per rate (default 1). For each rate the script
-#   1. shapes both ends (tbf, see tbf_args for burst and latency),
-#   2. measures the line rate: TCP goodput one way at a time, then both ways at once (netns_linerate.py),
-#   3. counts the bytes one 16 MiB all_reduce puts on the veth each way, per backend (netns_wire.py),
-#   4. runs `python -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4` NETNS_RUNS times,
-#      saving OUT_DIR/<rate>_run<k>.json (the bench's JSON plus a "netns" section: rate, tbf, line rate, wire
-#      bytes, uptime before and after, qdisc counters) and each node's log.
-# benchmarks/netns_report.py OUT_DIR/*_run*.json prints the comparison with the byte bound.
+# netns_bench_out. NETNS_RUNS: runs per rate (default 1). For each rate the script shapes both ends (tbf; see
+# tbf_args for burst and latency), then for each run k
+#   1. measures the line rate: TCP goodput one way at a time, then both ways at once (netns_linerate.py),
+#      into OUT_DIR/<rate>_run<k>.linerate.json,
+#   2. counts the bytes a 16 MiB all_reduce puts on the veth each way, per backend (netns_wire.py), into
+#      <rate>_run<k>.wire.json,
+#   3. runs `python -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4` into
+#      <rate>_run<k>.json, to which it adds a "netns" section (rate, tbf, steps 1 and 2, uptime before and after,
+#      qdisc counters); each torchrun's output goes to <rate>_run<k>.node{0,1}.log.
+# benchmarks/netns_report.py OUT_DIR prints the comparison with the byte bound.
 #
 # Namespaces, interfaces and host ids carry this script's PID, so two runs do not collide; the addresses
 # 10.77.0.1 (node 0) and 10.77.0.2 (node 1) exist only inside the two namespaces, so no traffic leaves them. The
@@ -180,10 +182,34 @@ run_nodes() {
   return "$rc"
 }
 
+# The first k with no OUT_DIR/<rate>_run<k>.* yet.
 next_run() {
   local k=1
-  while [[ -e $out/${1}_run$k.json ]]; do k=$((k + 1)); done
+  while compgen -G "$out/${1}_run$k.*" > /dev/null; do k=$((k + 1)); done
   echo "$k"
+}
+
+# Adds a "netns" section to the bench's JSON $1: the shaping, the line rate and wire counts measured just before,
+# the load, and the qdisc counters (cumulative since the qdisc was set: drops show there).
+annotate() {
+  RATE=$rate TBF="$(shaping "$rate")" UP0=$up0 UP1=$up1 QDISC="$(qdisc_stats)" BENCH_ARGS="${bench_args[*]}" \
+    python3 - "$1" "${1%.json}.linerate.json" "${1%.json}.wire.json" << 'EOF'
+import json, os, sys
+
+path, line_path, wire_path = sys.argv[1:]
+with open(path) as f:
+    rec = json.load(f)
+with open(line_path) as f:
+    line = json.load(f)
+with open(wire_path) as f:
+    wire = json.load(f)
+env = os.environ
+rec["netns"] = {"rate": env["RATE"], "tbf": env["TBF"], "line_rate": line, "wire": wire,
+                "uptime_before": env["UP0"].strip(), "uptime_after": env["UP1"].strip(),
+                "qdisc_after": env["QDISC"].splitlines(), "extra_bench_args": env["BENCH_ARGS"]}
+with open(path, "w") as f:
+    json.dump(rec, f, indent=1)
+EOF
 }
 
 for rate in $rates; do # refuse a bad rate before making anything
@@ -194,34 +220,18 @@ make_link
 for rate in $rates; do
   echo "== $rate: $(shaping "$rate")"
   shape "$rate"
-  line_rate "$out/${rate}_linerate.json"
-  echo "line rate (TCP goodput, bytes/s): $(cat "$out/${rate}_linerate.json")"
-  run_nodes "$out/${rate}_wire" "$here/netns_wire.py" --bytes 16M --iters 4 --json "$out/${rate}_wire.json"
   for ((r = 0; r < runs; r++)); do
     k=$(next_run "$rate")
     json="$out/${rate}_run$k.json"
     up0=$(uptime)
+    line_rate "${json%.json}.linerate.json"
+    echo "line rate (TCP goodput, bytes/s): $(tr -d '\n' < "${json%.json}.linerate.json")"
+    run_nodes "${json%.json}.wire" "$here/netns_wire.py" --bytes 16M --iters 4 --json "${json%.json}.wire.json"
     run_nodes "${json%.json}" -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4 \
       --no-progress --json "$json" "${bench_args[@]}"
     up1=$(uptime)
-    RATE=$rate TBF="$(shaping "$rate")" UP0=$up0 UP1=$up1 \
-      QDISC="$(qdisc_stats)" LINERATE="$out/${rate}_linerate.json" WIRE="$out/${rate}_wire.json" \
-      BENCH_ARGS="${bench_args[*]}" python3 - "$json" << 'EOF'
-import json, os, sys
-path = sys.argv[1]
-with open(path) as f:
-    rec = json.load(f)
-with open(os.environ["LINERATE"]) as f:
-    line = json.load(f)
-with open(os.environ["WIRE"]) as f:
-    wire = json.load(f)
-rec["netns"] = {"rate": os.environ["RATE"], "tbf": os.environ["TBF"], "line_rate": line, "wire": wire,
-                "uptime_before": os.environ["UP0"].strip(), "uptime_after": os.environ["UP1"].strip(),
-                "qdisc_after": os.environ["QDISC"].splitlines(), "extra_bench_args": os.environ["BENCH_ARGS"]}
-with open(path, "w") as f:
-    json.dump(rec, f, indent=1)
-EOF
-    grep -h '^# tuned spans\|^#  *size(B)  *op\|^ *[0-9][0-9]*  *all_reduce' "${json%.json}".node*.log || true
+    annotate "$json"
+    grep -h '^# tuned spans\|^#  *size(B)  *op\|^ *[0-9][0-9]*  *all_reduce' "${json%.json}".node?.log || true
     echo "uptime before: $up0"
     echo "uptime after:  $up1"
   done
