@@ -190,7 +190,7 @@ next_run() {
 }
 
 # Adds a "netns" section to the bench's JSON $1: the shaping, the line rate and wire counts measured just before,
-# the load, and the qdisc counters (cumulative since the qdisc was set: drops show there).
+# the load, the qdisc counters (cumulative since the qdisc was set: drops show there) and any TUNEDIST_* settings.
 annotate() {
   RATE=$rate TBF="$(shaping "$rate")" UP0=$up0 UP1=$up1 QDISC="$(qdisc_stats)" BENCH_ARGS="${bench_args[*]}" \
     python3 - "$1" "${1%.json}.linerate.json" "${1%.json}.wire.json" << 'EOF'
@@ -206,7 +206,8 @@ with open(wire_path) as f:
 env = os.environ
 rec["netns"] = {"rate": env["RATE"], "tbf": env["TBF"], "line_rate": line, "wire": wire,
                 "uptime_before": env["UP0"].strip(), "uptime_after": env["UP1"].strip(),
-                "qdisc_after": env["QDISC"].splitlines(), "extra_bench_args": env["BENCH_ARGS"]}
+                "qdisc_after": env["QDISC"].splitlines(), "extra_bench_args": env["BENCH_ARGS"],
+                "tunedist_env": {k: v for k, v in env.items() if k.startswith("TUNEDIST_")}}
 with open(path, "w") as f:
     json.dump(rec, f, indent=1)
 EOF
