@@ -5,16 +5,16 @@
 #   sudo benchmarks/netns_bench.sh [RATES] [OUT_DIR] [tunedist.bench arguments...]
 #   sudo NETNS_RUNS=3 benchmarks/netns_bench.sh "1gbit 10gbit" docs/records/netns_bench
 #
-# RATES: tc rates, default "1gbit 10gbit"; "unshaped" leaves the veth without a qdisc. OUT_DIR default
-# netns_bench_out. NETNS_RUNS: runs per rate (default 1). For each rate the script shapes both ends (tbf; see
-# tbf_args for burst and latency), then for each run k
-#   1. measures the line rate: TCP goodput one way at a time, then both ways at once (netns_linerate.py),
-#      into OUT_DIR/<rate>_run<k>.linerate.json,
-#   2. counts the bytes a 16 MiB all_reduce puts on the veth each way, per backend (netns_wire.py), into
-#      <rate>_run<k>.wire.json,
+# RATES: tc rates, default "1gbit 10gbit"; "unshaped" leaves the veth without a qdisc. OUT_DIR: default
+# netns_bench_out. NETNS_RUNS: runs per rate (default 1). For each rate the script shapes both ends (tbf; tbf_args
+# gives burst and latency), then for each run k:
+#   1. measures the line rate, TCP goodput one way at a time and then both ways at once, each stream for
+#      NETNS_PROBE_S seconds (default 3; netns_linerate.py), into OUT_DIR/<rate>_run<k>.linerate.json;
+#   2. counts the bytes an all_reduce of NETNS_WIRE_BYTES (default 16M; 0 skips this step) puts on the veth each
+#      way, per backend (netns_wire.py), into <rate>_run<k>.wire.json;
 #   3. runs `python -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4` into
 #      <rate>_run<k>.json, to which it adds a "netns" section (rate, tbf, steps 1 and 2, uptime before and after,
-#      qdisc counters); each torchrun's output goes to <rate>_run<k>.node{0,1}.log.
+#      qdisc counters, TUNEDIST_* settings); each torchrun's output goes to <rate>_run<k>.node{0,1}.log.
 # benchmarks/netns_report.py OUT_DIR prints the comparison with the byte bound.
 #
 # Namespaces, interfaces and host ids carry this script's PID, so two runs do not collide; the addresses
@@ -33,6 +33,8 @@ out=${2:-netns_bench_out}
 shift $(($# < 2 ? $# : 2))
 bench_args=("$@")
 runs=${NETNS_RUNS:-1}
+probe_s=${NETNS_PROBE_S:-3}             # seconds of each line-rate stream
+wire_bytes=${NETNS_WIRE_BYTES:-16M}     # the all_reduce size of the wire count
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 [[ $(id -u) -eq 0 ]] || die "needs root: it creates network namespaces, a veth pair and tc qdiscs (run with sudo)"
@@ -134,7 +136,7 @@ qdisc_stats() {
   done
 }
 
-# One TCP stream per listed direction (0: node 0 -> node 1, 1: node 1 -> node 0), all at once, for 3 s; appends
+# One TCP stream per listed direction (0: node 0 -> node 1, 1: node 1 -> node 0), all at once, for $probe_s s; appends
 # the receivers' JSON, comma-separated, to file $1. Not run in a subshell, so cleanup knows every process.
 probe() {
   local into=$1 d files=() started=()
@@ -145,7 +147,7 @@ probe() {
     started+=($!)
   done
   for d in "$@"; do
-    in_ns_bg "${ns[d]}" python3 "$here/netns_linerate.py" send "${addr[1 - d]}" $((5300 + d)) 3 > /dev/null
+    in_ns_bg "${ns[d]}" python3 "$here/netns_linerate.py" send "${addr[1 - d]}" $((5300 + d)) "$probe_s" > /dev/null
     started+=($!)
   done
   for d in "${started[@]}"; do wait "$d"; done
@@ -201,8 +203,10 @@ with open(path) as f:
     rec = json.load(f)
 with open(line_path) as f:
     line = json.load(f)
-with open(wire_path) as f:
-    wire = json.load(f)
+wire = None  # NETNS_WIRE_BYTES=0
+if os.path.exists(wire_path):
+    with open(wire_path) as f:
+        wire = json.load(f)
 env = os.environ
 rec["netns"] = {"rate": env["RATE"], "tbf": env["TBF"], "line_rate": line, "wire": wire,
                 "uptime_before": env["UP0"].strip(), "uptime_after": env["UP1"].strip(),
@@ -227,7 +231,10 @@ for rate in $rates; do
     up0=$(uptime)
     line_rate "${json%.json}.linerate.json"
     echo "line rate (TCP goodput, bytes/s): $(tr -d '\n' < "${json%.json}.linerate.json")"
-    run_nodes "${json%.json}.wire" "$here/netns_wire.py" --bytes 16M --iters 4 --json "${json%.json}.wire.json"
+    if [[ $wire_bytes != 0 ]]; then
+      run_nodes "${json%.json}.wire" "$here/netns_wire.py" --bytes "$wire_bytes" --iters 4 \
+        --json "${json%.json}.wire.json"
+    fi
     run_nodes "${json%.json}" -m tunedist.bench --backends tuned,gloo --ops all_reduce -b 1M -e 64M -f 4 \
       --no-progress --json "$json" "${bench_args[@]}"
     up1=$(uptime)

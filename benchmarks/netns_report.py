@@ -191,7 +191,8 @@ def main(argv=None) -> int:
     )
     for rate, recs in by_rate.items():
         rate_table(rate, recs)
-        wire_table(rate, recs[0])
+        if recs[0]["netns"].get("wire"):
+            wire_table(rate, recs[0])
     return 1 if bad else 0
 
 
