@@ -33,8 +33,8 @@ out=${2:-netns_bench_out}
 shift $(($# < 2 ? $# : 2))
 bench_args=("$@")
 runs=${NETNS_RUNS:-1}
-probe_s=${NETNS_PROBE_S:-3}             # seconds of each line-rate stream
-wire_bytes=${NETNS_WIRE_BYTES:-16M}     # the all_reduce size of the wire count
+probe_s=${NETNS_PROBE_S:-3}         # seconds of each line-rate stream
+wire_bytes=${NETNS_WIRE_BYTES:-16M} # the all_reduce size of the wire count
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 [[ $(id -u) -eq 0 ]] || die "needs root: it creates network namespaces, a veth pair and tc qdiscs (run with sudo)"
@@ -93,12 +93,12 @@ make_link() {
 #   on a veth is a 64 KiB GSO super-packet (a smaller burst makes tbf split them), and hold the tokens that accrue
 #   while the dequeue is late: a timer or softirq that fires 2 ms late on this busy 2-core machine would otherwise
 #   lose 2 ms of line time. So 2 ms of the rate, at least 256 KiB: 256 KiB at 1 Gbit/s (2.1 ms), 2.5 MB at 10.
-#   What it lends is taken back within the op: an idle link saves at most `burst` bytes, 1/4 of a 1 MiB op's
-#   share at 1 Gbit/s, 1/256 of a 64 MiB op's.
+#   The price: after the link has idled, up to `burst` bytes pass at unshaped speed. Back-to-back ops leave it idle
+#   only between ops, and even a full burst is 1/4 of what a 1 MiB op sends each way, 1/256 of a 64 MiB op's.
 # - latency 50ms: the longest a packet may wait in the queue, i.e. a queue of rate x 50 ms (6.25 MB at 1 Gbit/s).
-#   Deep enough that TCP never loses a packet to the shaper (the qdisc counters saved with each run show drops),
-#   so the goodput is the rate, not a congestion-control artefact; BBR (this kernel's default here) keeps the
-#   standing queue short anyway.
+#   Deep enough that TCP does not lose packets to the shaper (the qdisc counters saved with each run would show
+#   drops), so the goodput is the rate, not a congestion-control artefact; BBR (this machine's default congestion
+#   control) keeps the standing queue short anyway.
 tbf_args() {
   local rate=$1 num unit bits
   [[ $rate =~ ^([0-9]+)(kbit|mbit|gbit)$ ]] || die "rate '$rate': use e.g. 500mbit, 1gbit, 10gbit or unshaped"
@@ -136,8 +136,8 @@ qdisc_stats() {
   done
 }
 
-# One TCP stream per listed direction (0: node 0 -> node 1, 1: node 1 -> node 0), all at once, for $probe_s s; appends
-# the receivers' JSON, comma-separated, to file $1. Not run in a subshell, so cleanup knows every process.
+# One TCP stream per listed direction (0: node 0 -> node 1, 1: node 1 -> node 0), all at once, for $probe_s s;
+# appends the receivers' JSON, comma-separated, to file $1. Not run in a subshell, so cleanup knows every process.
 probe() {
   local into=$1 d files=() started=()
   shift

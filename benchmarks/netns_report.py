@@ -66,6 +66,12 @@ def load(paths: list[str]) -> list[dict]:
     return records
 
 
+def rate_bits(rate: str) -> float:
+    """1gbit -> 1e9; "unshaped" sorts last."""
+    m = re.fullmatch(r"(\d+)(kbit|mbit|gbit)", rate)
+    return int(m.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(2)] if m else float("inf")
+
+
 def gloo_cross_factor(hosts: list[list[int]]) -> float:
     """Bytes flat gloo's ring sends across, in the busier direction, per byte of N (ranks 0..P-1 in ring order)."""
     host_of = {r: h for h, ranks in enumerate(hosts) for r in ranks}
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
         f"# tunedist {records[0].get('tunedist')}, torch {records[0].get('torch')}, world size "
         f"{records[0]['world_size']}, in-place all_reduce, float32; times are medians over runs"
     )
-    for rate, recs in by_rate.items():
+    for rate, recs in sorted(by_rate.items(), key=lambda kv: rate_bits(kv[0])):
         rate_table(rate, recs)
         if recs[0]["netns"].get("wire"):
             wire_table(rate, recs[0])
