@@ -1,7 +1,7 @@
 """Hugging Face Accelerate on CPU over the `tuned` backend.
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 examples/clients/accelerate_cpu.py \
-        [--init tuned|kwargs] [--json out.json]
+        [--init tuned|kwargs|tuned-without-cpu] [--json out.json]
 
 Accelerate picks the CPU backend itself: with `Accelerator(cpu=True)` it is gloo (mpi when torch has it), and
 `InitProcessGroupKwargs(backend="tuned")` raises "Your assigned backend tuned is not available, please use gloo"
@@ -9,10 +9,13 @@ Accelerate picks the CPU backend itself: with `Accelerator(cpu=True)` it is gloo
 exists, though, so `dist.init_process_group("tuned")` before `Accelerator(cpu=True)` makes it use `tuned`:
 `prepare()` wraps the model in DistributedDataParallel over the default group, and `accelerator.gather` and
 `reduce` run on it. `accelerator.state.backend` still says "gloo"; `dist.get_backend()` says what runs.
+`cpu=True` is needed: on a machine without an accelerator, plain `Accelerator()` ignores the existing group and
+runs as one process (DistributedType.NO, num_processes 1, no DDP), so each rank would train alone.
 
 `--init tuned` (default) trains a tiny regression model that way; each rank gets its own shard of the data from
 the prepared DataLoader. `--init kwargs` only tries InitProcessGroupKwargs(backend="tuned") and reports what
-happened. Rank 0 prints, and with --json writes, the result.
+happened. `--init tuned-without-cpu` creates the tuned group, then `Accelerator()` without cpu=True, and reports
+what Accelerate made of it. Rank 0 prints, and with --json writes, the result.
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--init",
         default="tuned",
-        choices=["tuned", "kwargs"],
+        choices=["tuned", "kwargs", "tuned-without-cpu"],
         help="tuned: dist.init_process_group('tuned') before Accelerator(cpu=True); "
-        "kwargs: Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(backend='tuned')])",
+        "kwargs: Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(backend='tuned')]); "
+        "tuned-without-cpu: dist.init_process_group('tuned') before Accelerator()",
     )
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--json", help="rank 0 writes the result here")
@@ -54,6 +58,21 @@ def try_init_kwargs() -> dict:
     except ValueError as exc:
         return {"raised": type(exc).__name__, "message": str(exc)}
     return {"raised": None, "state_backend": accelerator.state.backend, "backend": dist.get_backend()}
+
+
+def try_without_cpu() -> dict:
+    """What Accelerate makes of an existing tuned group when cpu=True is not given."""
+    dist.init_process_group("tuned")
+    accelerator = Accelerator()
+    model = accelerator.prepare(nn.Linear(2, 2))
+    return {
+        "backend": dist.get_backend(),
+        "state_backend": accelerator.state.backend,
+        "distributed_type": str(accelerator.distributed_type),
+        "num_processes": accelerator.num_processes,
+        "device": str(accelerator.device),
+        "model_wrapper": type(model).__name__,
+    }
 
 
 def data(n=64) -> TensorDataset:
@@ -106,7 +125,8 @@ def train(steps: int) -> dict:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    result = try_init_kwargs() if args.init == "kwargs" else train(args.steps)
+    runs = {"tuned": lambda: train(args.steps), "kwargs": try_init_kwargs, "tuned-without-cpu": try_without_cpu}
+    result = runs[args.init]()
     result = {"init": args.init, "accelerate": accelerate.__version__, "torch": torch.__version__, **result}
     if os.environ["RANK"] == "0":
         print(json.dumps({k: v for k, v in result.items() if not k.startswith("ranks_")}))

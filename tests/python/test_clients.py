@@ -7,7 +7,8 @@ Each example writes a JSON result; these tests check what it says, not only the 
   bit for bit; and DDPStrategy(ddp_comm_hook=...) is never called on CPU (Lightning registers it on CUDA only).
 * Accelerate (`accelerate_cpu.py`): dist.init_process_group("tuned") before Accelerator(cpu=True) makes prepare()
   wrap the model in DDP over the tuned group; the ranks see different data and end bit-identical, equal to one
-  process training on both ranks' batches; InitProcessGroupKwargs(backend="tuned") raises.
+  process training on both ranks' batches; InitProcessGroupKwargs(backend="tuned") raises; without cpu=True
+  (and no GPU) Accelerate runs as one process and wraps nothing.
 * Distributed checkpoint (`dcp_async_save.py`): async_save on its own group while training collectives go on,
   on gloo and on a second tuned group; the checkpoint loads back bit for bit.
 
@@ -181,6 +182,18 @@ def test_accelerate_refuses_tuned_in_init_process_group_kwargs(tmp_path):
     run = _run_json(tmp_path, "accelerate_cpu.py", "--init", "kwargs")
     assert run["raised"] == "ValueError"
     assert run["message"] == "Your assigned backend tuned is not available, please use gloo"
+
+
+def test_accelerate_without_cpu_flag_runs_as_one_process(tmp_path):
+    # accelerate 1.16 on a machine without an accelerator: Accelerator() without cpu=True finds no device backend
+    # and sets DistributedType.NO, ignoring the existing tuned group, so prepare() does not wrap the model in DDP.
+    pytest.importorskip("accelerate", reason="accelerate is not installed (./dev installs it)")
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator: Accelerate would then take its device backend")
+    run = _run_json(tmp_path, "accelerate_cpu.py", "--init", "tuned-without-cpu")
+    assert run["backend"] == "tuned"
+    assert run["distributed_type"] == "DistributedType.NO" and run["num_processes"] == 1
+    assert run["state_backend"] is None and run["model_wrapper"] == "Linear"
 
 
 # ---------------------------------------------------------------------------------------------------------------
