@@ -30,10 +30,10 @@ DEEPSPEED_NOTES = (
     "float32 SUM runs its shm kernel and is right; MAX and MIN come back as the SUM; a non-contiguous tensor comes "
     "back unchanged; a group is ignored (a 2-rank group of 4 ranks got the sum over all 4; a 1-rank group returns "
     "early, right);",
-    "bf16, fp16, float64 and int32 fall back to torch.distributed.all_reduce on the default group (the kernel needs "
-    "avx512bw for all but float32) and are right, but the kernel itself returns float64 and int32 unchanged: that is "
-    "what the API gives on an avx512bw host, where it hands the kernel every dtype (from DeepSpeed's source; not "
-    "measured there).",
+    "bf16, fp16, float64 and int32 are right there only because the API hands dtypes other than float32 to its kernel "
+    "on avx512bw hosts alone and falls back to torch.distributed.all_reduce on the default group elsewhere; the "
+    "kernel itself, called directly, returned float64 and int32 unchanged, which is what the API gives on an "
+    "avx512bw host (from DeepSpeed's source; not measured there).",
     "The path column says what ran (shm or fallback:<backend>); a deepspeed point with wrong elements is not timed.",
 )
 
