@@ -149,7 +149,7 @@ hooks_cuda_tests() {
 gpu_bench() {
   cd "$ROOT" && PYTHONPATH="$ROOT/python" "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 \
     -m tunedist.bench --device cuda --backends tuned,nccl --ops all_reduce,all_gather,reduce_scatter,broadcast \
-    -b 8 -e 64M -f 8 --target-s 0.05 --no-progress --json "$OUT_DIR/bench_cuda.json"
+    -b 8 -e 64M -f 8 --target-s 0.05 --rounds 1 --no-progress --json "$OUT_DIR/bench_cuda.json"
 }
 
 summarize() {

@@ -18,7 +18,7 @@ def series(results, primary_inplace: dict) -> dict:
     """{(backend, op): rows sorted by size}, the variant each op is summarised by (see bench.PRIMARY_INPLACE)."""
     out: dict = {}
     for r in results:
-        if r["inplace"] == primary_inplace[r["op"]]:
+        if r["inplace"] == primary_inplace[r["op"]] and r["time_us"] is not None:  # None: not timed (wrong results)
             out.setdefault((r["backend"], r["op"]), []).append(r)
     return {k: sorted(v, key=lambda r: r["bytes"]) for k, v in out.items()}
 

@@ -1,12 +1,15 @@
 """The benchmark harness (python -m tunedist.bench) and the DDP example, run for real on 2 ranks at tiny sizes.
 
-These check the harness, not the speed: the JSON schema, #wrong == 0 for every backend, op and variant, and that
-the example trains over `tuned`. No timing is asserted.
+These check the harness, not the speed: the JSON schema, the interleaved rounds and the ratio summary, #wrong == 0
+for every backend, op and variant, DeepSpeed as a contender (when it is installed) and its absence, and that the
+example trains over `tuned`. No timing is asserted.
 """
 
+import importlib.util
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +21,23 @@ from tunedist import bench
 REPO = Path(__file__).resolve().parents[2]
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 RUN_TIMEOUT_S = 150
+DS_TIMEOUT_S = 900  # DeepSpeed JIT-builds its shm op at its first use on a machine (minutes), then caches it
+ROUNDS = 2
 RESULT_KEYS = {"backend": str, "op": str, "dtype": str, "bytes": int, "count": int, "inplace": bool, "iters": int,
-               "time_us": float, "p50_us": float, "p99_us": float, "algbw_gbps": float, "busbw_gbps": float,
-               "wrong": int, "cpu_us": float, "cpu_all_ranks_us": float}
+               "time_us": float, "p10_us": float, "p50_us": float, "p90_us": float, "p99_us": float,
+               "algbw_gbps": float, "busbw_gbps": float, "wrong": int, "cpu_us": float, "cpu_all_ranks_us": float,
+               "rounds": int, "round_time_us": list, "path": str}
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 
-def _torchrun(*argv, world_size=2):
+def _torchrun(*argv, world_size=2, rc=0, timeout=RUN_TIMEOUT_S, unset=()):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}", *argv]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH (set by conftest for a source tree) is kept
+    for name in unset:
+        env.pop(name, None)
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=RUN_TIMEOUT_S)
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stdout[-8000:]}"
+                          timeout=timeout)
+    assert proc.returncode == rc, f"{' '.join(cmd)} exited with {proc.returncode}:\n{proc.stdout[-8000:]}"
     return proc.stdout
 
 
@@ -36,8 +45,8 @@ def _torchrun(*argv, world_size=2):
 def bench_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,gloo", "--ops", ",".join(OPS), "-b", "8",
-                     "-e", "64K", "-n", "5", "-w", "1", "--memcpy-bytes", "8M", "--no-progress", "--json", str(out),
-                     "--plot", str(out.with_suffix(".png")))
+                     "-e", "64K", "-n", "5", "-w", "1", "--rounds", str(ROUNDS), "--memcpy-bytes", "8M",
+                     "--no-progress", "--json", str(out), "--plot", str(out.with_suffix(".png")))
     return json.loads(out.read_text()), text
 
 
@@ -47,10 +56,14 @@ def test_bench_json_schema(bench_run):
     assert data["memcpy_gbps"] > 0
     assert data["threads"]["torch_num_threads"] == 1 and "OMP_NUM_THREADS" in data["threads"]
     assert isinstance(data["simd"], str) and data["torch"]
+    assert data["rounds"] == ROUNDS and data["backends"] == ["tuned", "gloo"] and data["skipped"] == []
+    assert all(len(data[k]) == 3 and min(data[k]) >= 0 for k in ("load_avg_start", "load_avg_end"))
     for row in data["results"]:
         for key, kind in RESULT_KEYS.items():
             assert isinstance(row[key], kind), f"{key} of {row} is not a {kind.__name__}"
-        assert row["time_us"] > 0 and row["p50_us"] > 0 and row["p99_us"] >= row["p50_us"]
+        assert row["path"] == "c10d" and row["rounds"] == len(row["round_time_us"]) == ROUNDS
+        assert row["time_us"] == pytest.approx(statistics.median(row["round_time_us"]), rel=1e-9)
+        assert 0 < row["p10_us"] <= row["p50_us"] <= row["p90_us"] <= row["p99_us"]
         assert math.isclose(row["algbw_gbps"], row["bytes"] / row["time_us"] / 1e3, rel_tol=1e-6)
         factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(row["op"], 0.5)  # 2(n-1)/n, 1, (n-1)/n at n = 2
         assert math.isclose(row["busbw_gbps"], row["algbw_gbps"] * factor, rel_tol=1e-6)
@@ -60,6 +73,32 @@ def test_bench_json_schema(bench_run):
     assert math.isclose(bound["factor"], 4 / 11) and bound["busbw_gbps"] > 0
     assert set(bound["largest"]) == {"tuned", "gloo"}
     assert all(b["bytes"] == 64 << 10 and b["ratio"] > 0 for b in bound["largest"].values())
+
+
+def test_bench_summary_is_the_ratio_per_interleaved_round(bench_run):
+    data, _ = bench_run
+    rows = {(r["backend"], r["op"], r["bytes"], r["inplace"]): r for r in data["results"]}
+    summary = data["summary"]
+    assert {(s["op"], s["bytes"]) for s in summary} == {(op, b) for _, op, b, ip in rows if
+                                                        ip == bench.PRIMARY_INPLACE[op]}
+    for s in summary:
+        assert (s["backend"], s["vs"]) == ("gloo", "tuned")
+        inplace = bench.PRIMARY_INPLACE[s["op"]]
+        gloo, tuned = (rows[(b, s["op"], s["bytes"], inplace)]["round_time_us"] for b in ("gloo", "tuned"))
+        assert s["ratios"] == pytest.approx([g / t for g, t in zip(gloo, tuned)])
+        assert s["ratio_median"] == pytest.approx(statistics.median(s["ratios"]))
+        assert s["ratio_min"] <= s["ratio_median"] <= s["ratio_max"]
+
+
+def test_ratios_pair_the_rounds():
+    def row(backend, rounds):
+        return {"backend": backend, "op": "all_reduce", "bytes": 8, "inplace": True, "round_time_us": rounds,
+                "time_us": statistics.median(rounds)}
+    results = [row("a", [10.0, 20.0, 40.0]), row("b", [30.0, 20.0, 80.0]), row("c", [5.0, 5.0, 5.0]),
+               {**row("d", [1.0]), "time_us": None}]  # not timed: no ratio
+    out = bench.ratios(results, bench.PRIMARY_INPLACE, "a")
+    assert [(s["backend"], s["ratios"], s["ratio_median"], s["ratio_min"], s["ratio_max"]) for s in out] == [
+        ("b", [3.0, 1.0, 2.0], 2.0, 1.0, 3.0), ("c", [0.5, 0.25, 0.125], 0.25, 0.125, 0.5)]
 
 
 def test_bench_every_point_is_correct(bench_run):
@@ -129,7 +168,8 @@ def test_bench_prints_tables(bench_run):
         for op in OPS:
             assert f"# backend {backend}: {op}" in text
     assert "# summary: tuned vs gloo" in text and "tuned cpu us" in text and "gloo cpu us" in text
-    assert "#wrong" in text and "busbw" in text
+    assert f"median over {ROUNDS} rounds [min-max]" in text and f"median over {ROUNDS} interleaved rounds" in text
+    assert "#wrong" in text and "busbw" in text and " p10 " in text and " p90 " in text and "load " in text
 
 
 @pytest.mark.parametrize("text,value", [("8", 8), ("4K", 4096), ("64KiB", 65536), ("256M", 256 << 20),
@@ -149,6 +189,88 @@ def test_bench_rejects_bad_arguments(argv, message, capsys):
         bench.parse_args(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+DS_ENV = ("DS_ACCELERATOR", "LOCAL_SIZE")
+
+
+def test_bench_without_deepspeed_says_how_to_install_it(tmp_path):
+    """Absence, simulated honestly: a `deepspeed` first on PYTHONPATH that fails to import as a missing one does."""
+    pkg = tmp_path / "shim" / "deepspeed"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'deepspeed'\", name='deepspeed')\n")
+    env = {k: v for k, v in os.environ.items() if k not in DS_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pkg.parent), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "tunedist.bench", "--backends", "tuned,deepspeed"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install deepspeed" in proc.stderr and "DS_ACCELERATOR=cpu LOCAL_SIZE=" in proc.stderr
+    assert "No module named 'deepspeed'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv,env,message", [
+    ([], {"DS_ACCELERATOR": "cuda"}, "deepspeed here needs DS_ACCELERATOR=cpu"),
+    ([], {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}, "every rank on one host"),
+    ([], {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "LOCAL_SIZE": "3"}, "needs DS_ACCELERATOR=cpu LOCAL_SIZE=2"),
+    (["--device", "cuda"], {}, "drop --device cuda"),
+], ids=["accelerator", "hosts", "local_size", "cuda"])
+def test_bench_names_the_environment_deepspeed_needs(argv, env, message, monkeypatch, capsys):
+    for name in (*DS_ENV, "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--backends", "tuned,deepspeed", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def _ds_segments() -> set:
+    return {p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*")}
+
+
+needs_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="DeepSpeed is not installed (optional)")
+
+
+@pytest.fixture(scope="module")
+def ds_run(tmp_path_factory):
+    out, before = tmp_path_factory.mktemp("bench_ds") / "ds.json", _ds_segments()
+    text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,deepspeed", "--ops", "all_reduce,broadcast", "-b",
+                     "64", "-e", "4K", "-f", "8", "-n", "3", "-w", "1", "--rounds", str(ROUNDS), "--memcpy-bytes",
+                     "8M", "--no-progress", "--json", str(out), timeout=DS_TIMEOUT_S, unset=DS_ENV)
+    return json.loads(out.read_text()), text, _ds_segments() - before
+
+
+@needs_deepspeed
+def test_bench_times_deepspeed_all_reduce_right(ds_run):
+    data, text, left = ds_run
+    ds = [r for r in data["results"] if r["backend"] == "deepspeed"]
+    assert {r["op"] for r in ds} == {"all_reduce"} and len(ds) == 2 * 3  # 2 variants x 64 B, 512 B, 4 KiB
+    for r in ds:
+        assert r["dtype"] == "float32" and r["wrong"] == 0 and r["path"] == "shm" and r["time_us"] > 0, r
+        assert len(r["round_time_us"]) == ROUNDS
+    info = data["contenders"]["deepspeed"]
+    assert (info["DS_ACCELERATOR"], info["LOCAL_SIZE"]) == ("cpu", "2")  # set by the bench, not by us
+    assert info["segment_unlinked"] and not left  # DeepSpeed leaves its shm workspaces; the bench unlinks them
+    assert data["skipped"] == [{"backend": "deepspeed", "op": "broadcast", "reason": "deepspeed has all_reduce only"}]
+    assert {s["backend"] for s in data["summary"]} == {"deepspeed"}
+    assert "# backend deepspeed: broadcast skipped" in text and "# backend deepspeed: all_reduce (path shm)" in text
+    assert "# note: deepspeed is deepspeed.comm.inference_all_reduce" in text
+    assert "# summary: tuned vs deepspeed" in text
+
+
+@needs_deepspeed
+def test_bench_does_not_time_deepspeed_wrong_results(tmp_path):
+    """MAX comes back as the sum from DeepSpeed's shm path: the check counts it and the point is not timed."""
+    out = tmp_path / "max.json"
+    text = _torchrun("-m", "tunedist.bench", "--backends", "gloo,deepspeed", "--ops", "all_reduce", "-o", "max",
+                     "-b", "64", "-e", "64", "-n", "3", "-w", "1", "--rounds", "1", "--memcpy-bytes", "8M",
+                     "--no-progress", "--json", str(out), rc=1, timeout=DS_TIMEOUT_S, unset=DS_ENV)
+    rows = json.loads(out.read_text())["results"]
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows if r["backend"] == "gloo")
+    ds = [r for r in rows if r["backend"] == "deepspeed"]
+    assert len(ds) == 2 and all(r["wrong"] > 0 and r["time_us"] is None and r["not_timed"] for r in ds)
+    assert "not timed (wrong results)" in text
 
 
 def test_main_job_trains_both_runs_and_saves_its_record(tmp_path):

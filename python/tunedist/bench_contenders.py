@@ -1,0 +1,224 @@
+"""The contenders of `python -m tunedist.bench`: what it measures side by side, and how it calls each op on them.
+
+- A c10d backend (tuned, gloo, ...) gets a group of its own and is called through torch.distributed.
+- `deepspeed` is not a c10d backend. It is DeepSpeed's CPU shared-memory all_reduce,
+  `deepspeed.comm.inference_all_reduce`, after `deepspeed.init_distributed()` (which JIT-builds the shm op at first
+  use, minutes, then caches it). It has all_reduce only, and takes no group: it reduces over the world, so the
+  bench gives it the whole world. It needs DS_ACCELERATOR=cpu and LOCAL_SIZE = the ranks on this host (the shm
+  path needs every rank there); DeepSpeed reads both when it is imported and initialised, so the bench sets them
+  when unset, before the import.
+- DeepSpeed's limitations, as benchmarks/probe_deepspeed.py measured them, are in DEEPSPEED_NOTES. The bench does not
+  rely on them: it checks every point and times no deepspeed point whose check found wrong elements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+DEEPSPEED = "deepspeed"
+PROBED_VERSION = "0.19.8"
+# What benchmarks/probe_deepspeed.py measured (records: docs/records/bench_ds/*probe*), printed when deepspeed runs.
+DEEPSPEED_NOTES = (
+    f"deepspeed is deepspeed.comm.inference_all_reduce: all_reduce only, over the world (it takes no group). "
+    f"benchmarks/probe_deepspeed.py measured DeepSpeed {PROBED_VERSION} on an avx2 host (2 and 4 ranks):",
+    "float32 SUM runs its shm kernel and is right; MAX and MIN come back as the SUM; a non-contiguous tensor comes "
+    "back unchanged; a group is ignored (a 2-rank group of 4 ranks got the sum over all 4; a 1-rank group returns "
+    "early, right);",
+    "bf16, fp16, float64 and int32 are right there only because the API hands dtypes other than float32 to its kernel "
+    "on avx512bw hosts alone and falls back to torch.distributed.all_reduce on the default group elsewhere; the "
+    "kernel itself, called directly, returned float64 and int32 unchanged, which is what the API gives on an "
+    "avx512bw host (from DeepSpeed's source; not measured there).",
+    "The path column says what ran (shm or fallback:<backend>); a deepspeed point with wrong elements is not timed.",
+)
+
+
+class C10dComm:
+    """A c10d backend's group, called through torch.distributed."""
+
+    def __init__(self, backend: str):
+        self.group = dist.new_group(backend=backend)
+
+    def all_reduce(self, t, op):
+        dist.all_reduce(t, op=op, group=self.group)
+
+    def broadcast(self, t, src: int):
+        dist.broadcast(t, src=src, group=self.group)
+
+    def all_gather_into_tensor(self, out, inp):
+        dist.all_gather_into_tensor(out, inp, group=self.group)
+
+    def reduce_scatter_tensor(self, out, inp, op):
+        dist.reduce_scatter_tensor(out, inp, op=op, group=self.group)
+
+    def close(self):
+        dist.destroy_process_group(self.group)
+
+
+class DeepSpeedComm:
+    """deepspeed.comm.inference_all_reduce on the world (it has no other op and takes no group)."""
+
+    def __init__(self):
+        self.dscomm, self.info = deepspeed_init()
+
+    def all_reduce(self, t, op):
+        self.dscomm.inference_all_reduce(t, op=op)
+
+    def close(self):
+        pass  # DeepSpeed has no teardown for its shm op; deepspeed_init already unlinked the segments
+
+
+@dataclass
+class Contender:
+    """One measured thing: its name, how it calls the ops it has, and how the bench treats its results."""
+
+    name: str
+    comm: object
+    ops: tuple | None = None  # the ops it has (None: all); the others are skipped with a note
+    time_wrong: bool = True  # time a point whose check found wrong elements (a backend's bug, as nccl-tests do)
+    always_check: bool = False  # check every point even with -c 0
+    notes: tuple = ()  # printed with the tables
+    info: dict = field(default_factory=dict)
+
+    def has(self, op: str) -> bool:
+        return self.ops is None or op in self.ops
+
+    def observe(self):
+        """A context that yields what ran at a point (.path()): for deepspeed its kernel or its fallback."""
+        return count_calls() if self.name == DEEPSPEED else contextlib.nullcontext(Seen(fixed="c10d"))
+
+
+def make(name: str) -> Contender:
+    """The contender `name`: deepspeed, or else a c10d backend (every rank, after init_process_group)."""
+    if name != DEEPSPEED:
+        return Contender(name, C10dComm(name))
+    comm = DeepSpeedComm()
+    info = comm.info
+    here = (f"This run: DeepSpeed {info['version']}, shm kernel level {info['kernel_level']} (2 avx512bw, 1 avx2)"
+            f"{'' if info['version'] == PROBED_VERSION else '; not the version probed: rerun the probe'}.")
+    return Contender(name, comm, ops=("all_reduce",), time_wrong=False, always_check=True,
+                     notes=(*DEEPSPEED_NOTES, here), info=info)
+
+
+@dataclass
+class Seen:
+    """What DeepSpeed's API called inside count_calls()."""
+
+    kernel: int = 0  # calls of torch.ops.deepspeed.inference_all_reduce_ (DeepSpeed's shm kernel)
+    c10d: int = 0  # calls of torch.distributed.all_reduce (DeepSpeed's fallback)
+    fixed: str | None = None  # a c10d contender's path, not counted
+
+    def path(self) -> str:
+        if self.fixed:
+            return self.fixed
+        if self.kernel:
+            return "shm"
+        return f"fallback:{dist.get_backend()}" if self.c10d else "none"
+
+
+def _counted(fn, seen: Seen, key: str):
+    def call(*args, **kwargs):
+        setattr(seen, key, getattr(seen, key) + 1)
+        return fn(*args, **kwargs)
+    return call
+
+
+@contextlib.contextmanager
+def count_calls():
+    """Counts, inside the block, the calls DeepSpeed's API makes to its kernel and to torch.distributed.all_reduce:
+    the path it took. Both are looked up by attribute at each call, so wrapping them there sees every call."""
+    seen, c10d = Seen(), dist.all_reduce
+    ns = torch.ops.deepspeed if _has_kernel() else None
+    kernel = ns.inference_all_reduce_ if ns is not None else None
+    dist.all_reduce = _counted(c10d, seen, "c10d")
+    if ns is not None:
+        ns.inference_all_reduce_ = _counted(kernel, seen, "kernel")
+    try:
+        yield seen
+    finally:
+        dist.all_reduce = c10d
+        if ns is not None:
+            ns.inference_all_reduce_ = kernel
+
+
+def _has_kernel() -> bool:
+    try:
+        return hasattr(torch.ops.deepspeed, "inference_all_reduce_")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _env_int(name: str):
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def deepspeed_problem(device: str) -> str | None:
+    """Sets DeepSpeed's environment where unset, imports it and says what stands in the way (None: nothing)."""
+    if device != "cpu":
+        return "deepspeed is DeepSpeed's CPU shared-memory all_reduce: drop --device cuda"
+    world, local = _env_int("WORLD_SIZE"), _env_int("LOCAL_WORLD_SIZE")
+    if world is not None and local is not None and world != local:
+        return (f"deepspeed's shared-memory all_reduce needs every rank on one host (WORLD_SIZE {world}, "
+                f"LOCAL_WORLD_SIZE {local}); measure it on one host")
+    want = {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": str(local) if local is not None else None}
+    bad = {k: v for k, v in want.items() if v is not None and os.environ.get(k, v) != v}
+    if bad:
+        return (f"deepspeed here needs {' '.join(f'{k}={v}' for k, v in want.items() if v)} (set: "
+                f"{' '.join(f'{k}={os.environ[k]}' for k in bad)}); unset them or set these")
+    for k, v in want.items():
+        if v is not None:
+            os.environ.setdefault(k, v)  # read by DeepSpeed at import (DS_ACCELERATOR) and at init (LOCAL_SIZE)
+    try:
+        importlib.import_module("deepspeed")
+    except ImportError as e:
+        return (f"--backends deepspeed needs DeepSpeed, which is not importable ({e}): pip install deepspeed "
+                f"(with a constraints file holding torch=={torch.__version__.split('+')[0]}, so pip keeps this "
+                f"torch). It runs with DS_ACCELERATOR=cpu LOCAL_SIZE=<ranks on this host>, which the bench sets "
+                f"when unset")
+    from deepspeed.accelerator import get_accelerator  # noqa: PLC0415  (optional dependency)
+
+    if get_accelerator().device_name() != "cpu":
+        return (f"DeepSpeed picked accelerator {get_accelerator().device_name()!r} before the bench could set "
+                f"DS_ACCELERATOR=cpu: run with DS_ACCELERATOR=cpu LOCAL_SIZE=<ranks on this host>")
+    return None
+
+
+def deepspeed_environment() -> None:
+    """deepspeed_problem() for scripts: raises SystemExit with its message."""
+    problem = deepspeed_problem("cpu")
+    if problem:
+        raise SystemExit(problem)
+
+
+def _segment(rank: int) -> str:
+    """The name of a rank's shm workspace, as DeepSpeed's shm.cpp spells it."""
+    return (f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
+            f"{os.environ.get('MASTER_PORT', '')}_{rank}")
+
+
+def deepspeed_init():
+    """deepspeed.init_distributed() over the default group; returns (deepspeed.comm, facts). Every rank calls it.
+
+    DeepSpeed never unlinks its shm workspaces (about 66 MiB per rank), so once every rank has mapped its peers'
+    (deepspeed's init returns only then), each rank unlinks its own."""
+    import deepspeed  # noqa: PLC0415  (optional dependency)
+    import deepspeed.comm as dscomm  # noqa: PLC0415
+
+    deepspeed.init_distributed(dist_backend=dist.get_backend(), verbose=False)
+    cdb = dscomm.comm.cdb
+    dist.barrier()
+    own = _segment(dist.get_rank())
+    unlinked = os.path.exists(own)
+    if unlinked:
+        os.unlink(own)
+    info = {"version": deepspeed.__version__, "kernel_level": getattr(cdb, "shm_vector_kernel_level", None),
+            "shm_op": _has_kernel(),
+            "LOCAL_SIZE": os.environ.get("LOCAL_SIZE"), "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR"),
+            "segment_unlinked": unlinked}
+    return dscomm, info

@@ -1,0 +1,148 @@
+"""What `python -m tunedist.bench` prints and summarises: the nccl-tests tables, the ratios to the first contender
+over the interleaved rounds, the all_reduce bound, and the progress bar. Conventions: tunedist.bench's docstring."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+
+RANK_REDUCTIONS = {0: "rank 0", 1: "average", 2: "min", 3: "max"}
+TYPE_NAMES = {"float32": "float", "float": "float", "float16": "half", "half": "half", "bfloat16": "bfloat16",
+              "float64": "double", "double": "double", "int32": "int32", "int64": "int64"}  # nccl-tests' spelling
+_TIMES = ("time_us", "p10_us", "p50_us", "p90_us", "p99_us")
+
+
+class Progress:
+    """tqdm on stderr when it is installed, else a plain bar; silent off rank 0."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.bar, self.enabled = total, 0, None, enabled
+        if enabled and importlib.util.find_spec("tqdm") is not None:
+            from tqdm import tqdm  # noqa: PLC0415
+            self.bar = tqdm(total=total, file=sys.stderr, unit="pt", dynamic_ncols=True, leave=False)
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(1)
+        elif self.enabled and (sys.stderr.isatty() or self.done == self.total or self.done % 20 == 0):
+            filled = 30 * self.done // max(1, self.total)
+            end = "\r" if sys.stderr.isatty() and self.done < self.total else "\n"
+            print(f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {label:<40}", end=end,
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def ratios(results, primary_inplace: dict, ref: str) -> list:
+    """Each contender's time over ref's (the first contender's) at every point of the summary variant, round by round
+    (the rounds interleave, so round k of both ran back to back): the per-round ratios, their median, min and max."""
+    timed = [r for r in results if r["time_us"] is not None and r["inplace"] == primary_inplace[r["op"]]]
+    base = {(r["op"], r["bytes"]): r for r in timed if r["backend"] == ref}
+    out = []
+    for r in timed:
+        b = base.get((r["op"], r["bytes"]))
+        if r["backend"] == ref or b is None:
+            continue
+        per_round = [t / t0 for t, t0 in zip(r["round_time_us"], b["round_time_us"])]
+        out.append({"op": r["op"], "bytes": r["bytes"], "backend": r["backend"], "vs": ref, "ratios": per_round,
+                    "ratio_median": statistics.median(per_round), "ratio_min": min(per_round),
+                    "ratio_max": max(per_round)})
+    return out
+
+
+def bound_section(results, world: int, memcpy_gbps: float) -> dict:
+    factor = 4 * (world - 1) / (5 * world + 1)
+    section = {"formula": "4(P-1)/(5P+1) x memcpy_gbps (two-shot all_reduce with copy-in/out)", "factor": factor,
+               "busbw_gbps": factor * memcpy_gbps, "largest": {}}
+    for r in results:
+        if r["op"] == "all_reduce" and r["inplace"] and r.get("busbw_gbps") is not None:
+            best = section["largest"].get(r["backend"])
+            if best is None or r["bytes"] >= best["bytes"]:
+                ratio = r["busbw_gbps"] / section["busbw_gbps"] if section["busbw_gbps"] else None
+                section["largest"][r["backend"]] = {"bytes": r["bytes"], "busbw_gbps": r["busbw_gbps"],
+                                                    "ratio": ratio}
+    return section
+
+
+def _half(r) -> str:
+    if r is None:
+        return " ".join([f"{'-':>10}"] * 5 + [f"{'-':>7}"] * 2 + [f"{'-':>6}"])
+    if r["time_us"] is None:  # a check found wrong elements and the contender's results are not timed
+        return f"{'not timed (wrong results)':>69} {r['wrong']:>6}"
+    return (" ".join(f"{r[k]:>10.2f}" for k in _TIMES) + f" {r['algbw_gbps']:>7.2f} {r['busbw_gbps']:>7.2f} "
+            f"{r['wrong']:>6}")
+
+
+def _header(meta, args) -> str:
+    return (f"# tunedist.bench: world_size {meta['world_size']}, dtype {args.dtype}, threads "
+            f"{meta['threads']['torch_num_threads']}, simd {meta['simd']}, torch {meta['torch']}, time = median "
+            f"over {args.rounds} interleaved rounds of the loop's mean, {RANK_REDUCTIONS[args.average]} over ranks, "
+            f"memcpy {meta['memcpy_gbps']:.2f} GB/s per rank, load {_load(meta)}")
+
+
+def _load(meta) -> str:
+    return " -> ".join("/".join(f"{x:.2f}" for x in meta[k]) for k in ("load_avg_start", "load_avg_end") if k in meta)
+
+
+def print_tables(results, args, meta) -> None:
+    print(_header(meta, args))
+    for note in meta.get("notes", []):
+        print(f"# note: {note}")
+    half = " ".join(f"{k:>10}" for k in ("time", "p10", "p50", "p90", "p99")) + f" {'algbw':>7} {'busbw':>7} " \
+           f"{'#wrong':>6}"
+    units = " ".join([f"{'(us)':>10}"] * 5) + f" {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
+    for backend in args.backends:
+        for op in args.ops:
+            _print_table(results, meta, backend, op, half, units)
+    if len(args.backends) > 1:
+        print_summary(results, args, meta)
+
+
+def _print_table(results, meta, backend, op, half, units) -> None:
+    skip = [s for s in meta.get("skipped", []) if (s["backend"], s["op"]) == (backend, op)]
+    if skip:
+        print(f"#\n# backend {backend}: {op} skipped: {skip[0]['reason']}")
+        return
+    rows, paths = {}, set()
+    for r in results:
+        if r["backend"] == backend and r["op"] == op:
+            rows.setdefault((r["bytes"], r["count"]), {})[r["inplace"]] = r
+            paths.add(r["path"])
+    via = f" (path {', '.join(sorted(paths))})" if paths - {"c10d"} else ""
+    width = len(half)
+    print(f"#\n# backend {backend}: {op}{via}\n#{'':>45}{'out-of-place':^{width}}     {'in-place':^{width}}")
+    print(f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6}     {half}     {half}")
+    print(f"#{'(B)':>11} {'(elements)':>12} {'':>8} {'':>6}     {units}     {units}")
+    for (nbytes, count), pair in rows.items():
+        any_r = next(iter(pair.values()))
+        print(f"{nbytes:>12} {count:>12} {TYPE_NAMES[any_r['dtype']]:>8} {any_r['redop']:>6}     "
+              f"{_half(pair.get(False))}     {_half(pair.get(True))}")
+
+
+def print_summary(results, args, meta) -> None:
+    ref = args.backends[0]
+    prim = {(r["backend"], r["op"], r["bytes"]): r for r in results if r["inplace"] == meta["primary_inplace"][r["op"]]}
+    by_point = {(s["backend"], s["op"], s["bytes"]): s for s in meta["summary"]}
+    bound = meta["bound"]["busbw_gbps"]
+    for other in args.backends[1:]:
+        print(f"#\n# summary: {ref} vs {other} (all_reduce, broadcast in place; all_gather, reduce_scatter out of "
+              f"place); ratio = {other} time / {ref} time, median over {args.rounds} rounds [min-max]; all_reduce "
+              f"bound {bound:.2f} GB/s; cpu = CPU time per op of all ranks' processes together")
+        w = max(12, len(ref) + 7, len(other) + 7)
+        print(f"#{'size(B)':>11} {'op':>15} {ref + ' us':>{w}} {other + ' us':>{w}} {'ratio':>7} {'[min-max]':>13} "
+              f"{ref + ' busbw':>{w}} {other + ' busbw':>{w}} {ref + '/bound':>{w}} {ref + ' cpu us':>{w}} "
+              f"{other + ' cpu us':>{w}}")
+        for (backend, op, nbytes), r in prim.items():
+            o, s = prim.get((other, op, nbytes)), by_point.get((other, op, nbytes))
+            if backend != ref or s is None:  # s: both timed at this point
+                continue
+            vs_bound = f"{r['busbw_gbps'] / bound:>{w}.3f}" if op == "all_reduce" and bound else f"{'-':>{w}}"
+            spread = f"[{s['ratio_min']:.2f}-{s['ratio_max']:.2f}]"
+            print(f"{nbytes:>12} {op:>15} {r['time_us']:>{w}.2f} {o['time_us']:>{w}.2f} {s['ratio_median']:>7.2f} "
+                  f"{spread:>13} {r['busbw_gbps']:>{w}.2f} {o['busbw_gbps']:>{w}.2f} {vs_bound} "
+                  f"{r['cpu_all_ranks_us']:>{w}.1f} {o['cpu_all_ranks_us']:>{w}.1f}")
