@@ -15,7 +15,7 @@ TunedWork::TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, 
       seq_(seq),
       outputs_(std::move(outputs)),
       timeout_(timeout),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {}
 
 bool TunedWork::isCompleted() { return future_->completed(); }
 

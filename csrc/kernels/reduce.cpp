@@ -72,6 +72,18 @@ bool rangesOverlap(const void* a, const void* b, size_t bytes) {
   return x < y + bytes && y < x + bytes;
 }
 
+// Whether reducing a single term gives that term back unchanged (so a one-source reduce in place has nothing to do,
+// as a world-size-1 all-reduce): every op but a scaling AVG or PREMUL_SUM. Bool is excluded: its kernel normalises
+// any nonzero byte to 1.
+bool keepsOneTerm(const ReduceArgs& args) {
+  if (args.dtype == DType::kBool) return false;
+  switch (args.op) {
+    case RedOp::kAvg: return args.divisor == 1;
+    case RedOp::kPremulSum: return args.factor == 1.0;
+    default: return true;
+  }
+}
+
 }  // namespace
 
 const char* simdLevelName(SimdLevel level) {
@@ -133,6 +145,7 @@ void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc
   if (count == 0) return;
   TD_CHECK(out != nullptr && srcs != nullptr, "reduce: ", redOpName(args.op), " on ", dtypeName(args.dtype),
            ": null output or source list");
+  if (nsrc == 1 && srcs[0] == out && keepsOneTerm(args)) return;
   const size_t bytes = count * dtypeSize(args.dtype);
   for (int s = 0; s < nsrc; ++s) {
     TD_CHECK(srcs[s] != nullptr, "reduce: source ", s, " is null");

@@ -100,6 +100,48 @@ std::vector<double> measureCopyGbps(size_t bytes, int reps) {
   return out;
 }
 
+// Medians (us) of the engine's kernels on `bytes` of float32, for the per-call budget
+// (benchmarks/bench_call_budget.py): copy into a separate buffer (as into a slot), reduce (SUM) of `nsrc` distinct
+// sources into an output (the one-shot all-reduce's work), and the one-source reduce in place that a world-size-1
+// all-reduce runs.
+py::dict measureKernelsUs(size_t bytes, int nsrc, int reps) {
+  TORCH_CHECK(bytes >= 4 && nsrc >= 1 && reps >= 1, "measure_kernels_us: need bytes >= 4, nsrc >= 1, reps >= 1");
+  const size_t count = bytes / 4;
+  std::vector<std::vector<float>> srcs(size_t(nsrc), std::vector<float>(count, 1.0f));
+  std::vector<float> out(count, 0.0f);
+  std::vector<const void*> ptrs;
+  for (auto& s : srcs) {
+    ptrs.push_back(s.data());
+  }
+  tunedist::shm::ReduceArgs sum;
+  sum.dtype = tunedist::shm::DType::kFloat32;
+  sum.op = tunedist::shm::RedOp::kSum;
+  auto median = [reps](auto&& fn) {
+    std::vector<double> us;
+    fn();
+    for (int i = 0; i < reps; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      fn();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  };
+  double copyUs = 0, reduceUs = 0, selfUs = 0;
+  {
+    py::gil_scoped_release release;
+    copyUs = median([&] { tunedist::shm::copyBytes(out.data(), srcs[0].data(), count * 4); });
+    reduceUs = median([&] { tunedist::shm::reduce(sum, out.data(), ptrs.data(), nsrc, count); });
+    const void* self = out.data();
+    selfUs = median([&] { tunedist::shm::reduce(sum, out.data(), &self, 1, count); });
+  }
+  py::dict d;
+  d["copy_us"] = copyUs;
+  d["reduce_us"] = reduceUs;
+  d["self_copy_us"] = selfUs;
+  return d;
+}
+
 // The holder of tunedist._C.TunedBackend objects (as torch's ProcessGroupGloo has): it drops its reference with the
 // GIL released. Python code drops a backend (destroy_process_group) holding the GIL; the last reference ends the
 // backend, which joins threads (our worker, the gloo groups' threads between hosts) that may need the GIL to release
@@ -158,6 +200,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("reset_simd_level", &tunedist::shm::resetSimdLevel);
   m.def("measure_copy_gbps", &measureCopyGbps, py::arg("nbytes"), py::arg("reps"));
+  m.def("measure_kernels_us", &measureKernelsUs, py::arg("nbytes"), py::arg("nsrc"), py::arg("reps"));
   m.def(
       "reserved_shm_bytes",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {

@@ -31,9 +31,9 @@ void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, 
   }
   // Step 1/1: our slot holds our input; peers may read [0, bytes) of it.
   waitAll(ctx, publish(ctx));
-  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  RankPtrs srcs(size_);
   for (int p = 0; p < size_; ++p) {
-    srcs[size_t(p)] = p == rank_ ? in : slot(p, b);
+    srcs[p] = p == rank_ ? in : slot(p, b);
   }
   tunedist::shm::reduce(args, out, srcs.data(), size_, count);
   releaseBuffer(b);
@@ -57,7 +57,7 @@ void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, 
   const size_t maxChunk = sliceElems(size_t(-1) / 2 / es, es) * size_t(size_);
   const char* inBytes = static_cast<const char*>(in);
   char* outBytes = static_cast<char*>(out);
-  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  RankPtrs srcs(size_);
   for (size_t off = 0; off < count || off == 0; off += maxChunk) {
     const size_t n = std::min(maxChunk, count - off);
     const size_t sc = sliceElems(n, es);
@@ -75,8 +75,8 @@ void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, 
     const size_t mine = sliceBegin(rank_);
     const size_t mineLen = sliceEnd(rank_) - mine;
     for (int p = 0; p < size_; ++p) {
-      srcs[size_t(p)] = p == rank_ ? static_cast<const void*>(inBytes + (off + mine) * es)
-                                   : static_cast<const void*>(slot(p, b) + size_t(rank_) * sc * es);
+      srcs[p] = p == rank_ ? static_cast<const void*>(inBytes + (off + mine) * es)
+                           : static_cast<const void*>(slot(p, b) + size_t(rank_) * sc * es);
     }
     tunedist::shm::reduce(args, outBytes + (off + mine) * es, srcs.data(), size_, mineLen);
     copyBytes(slot(rank_, b) + size_t(rank_) * sc * es, outBytes + (off + mine) * es, mineLen * es);

@@ -342,23 +342,14 @@ void ShmComm::fail(const OpContext& ctx, const std::string& message, bool isTime
   throwFailure(kind, full);
 }
 
-void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, const std::function<void()>& body) {
-  throwIfFailed();
-  try {
-    ensureAttached(ctx);
-    opSeq_ = ctx.seq;
-    stepInOp_ = 0;
-    // The descriptor travels in the first round's buffer; taking the buffer first keeps a slow peer's view of
-    // the previous operation's descriptor intact.
-    acquireBuffer(ctx, buffer_);
-    writeDesc(buffer_, desc);
-    body();
-    TD_ASSERT(!descPending_, "operation ", ctx.name, " ended without a round");
-  } catch (const std::exception& e) {
-    // Whatever failed, peers must not wait for us: share the first failure with the whole group.
-    abort(e.what(), failureKindOf(e));
-    throw;
-  }
+void ShmComm::startOp(const OpContext& ctx, const OpDesc& desc) {
+  ensureAttached(ctx);
+  opSeq_ = ctx.seq;
+  stepInOp_ = 0;
+  // The descriptor travels in the first round's buffer; taking the buffer first keeps a slow peer's view of the
+  // previous operation's descriptor intact.
+  acquireBuffer(ctx, buffer_);
+  writeDesc(buffer_, desc);
 }
 
 }  // namespace tunedist::shm

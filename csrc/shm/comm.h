@@ -50,6 +50,23 @@ const char* opCodeName(OpCode op);
 OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, DType dtype = DType::kUInt8,
                 RedOp redop = RedOp::kSum, double factor = 0.0);
 
+// One source pointer per rank, on the stack for groups of up to kInline ranks: no allocation per operation.
+class RankPtrs {
+ public:
+  explicit RankPtrs(int n) {
+    if (n > kInline) {
+      heap_.resize(size_t(n));
+    }
+  }
+  const void*& operator[](int p) { return heap_.empty() ? inline_[p] : heap_[size_t(p)]; }
+  const void* const* data() const { return heap_.empty() ? inline_ : heap_.data(); }
+
+ private:
+  static constexpr int kInline = 16;
+  const void* inline_[kInline] = {};
+  std::vector<const void*> heap_;
+};
+
 // Per-call context: what the op is called in messages, its sequence number and its deadline.
 struct OpContext {
   const char* name;
@@ -132,7 +149,12 @@ class ShmComm {
   [[noreturn]] void fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
   // Fails this op with a peer's abort found in the segment, keeping the kind the peer gave it.
   [[noreturn]] void failFromPeerAbort(const OpContext& ctx);
-  void runOp(const OpContext& ctx, const OpDesc& desc, const std::function<void()>& body);
+  // Runs one operation: attaches at the first, takes the first round's buffer and writes the descriptor
+  // (startOp), then `body`; any failure is shared with the whole group before it propagates. A template, so the
+  // body is called directly: no std::function (and no allocation) per operation.
+  template <typename Body>
+  void runOp(const OpContext& ctx, const OpDesc& desc, Body&& body);
+  void startOp(const OpContext& ctx, const OpDesc& desc);
 
   // Algorithms (one file per collective).
   // gather to `root`, or to every rank (all_gather) when root is -1; callers have validated root.
@@ -194,5 +216,19 @@ class ShmComm {
   std::condition_variable heartbeatCv_;
   std::thread heartbeat_;
 };
+
+template <typename Body>
+void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, Body&& body) {
+  throwIfFailed();
+  try {
+    startOp(ctx, desc);
+    body();
+    TD_ASSERT(!descPending_, "operation ", ctx.name, " ended without a round");
+  } catch (const std::exception& e) {
+    // Whatever failed, peers must not wait for us: share the first failure with the whole group.
+    abort(e.what(), failureKindOf(e));
+    throw;
+  }
+}
 
 }  // namespace tunedist::shm

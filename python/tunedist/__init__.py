@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from ._paths import cmake_prefix_path, include_dir
 
-__all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level", "nccl_compiled_in"]
+__all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level", "nccl_compiled_in",
+           "flight_recorder_enabled"]
 
 BACKEND_NAME = "tuned"
 _log = logging.getLogger("tunedist")
@@ -105,8 +106,29 @@ def _make_gloo_group(store, rank: int, size: int, timeout: timedelta):
     return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
+def flight_recorder_enabled() -> bool:
+    """Whether torch's flight-recorder hook records `tuned` collectives (TUNEDIST_FLIGHT_RECORDER=1; default off).
+
+    torch >= 2.15 attaches a FlightRecorderHook to every group of a plugin backend (gloo and NCCL record
+    themselves). It runs on every call: about 9,000 instructions, 2-3 us, as much as the rest of a small tuned
+    all_reduce (benchmarks/bench_call_budget.py). tunedist's own errors already name the op, its sequence number and
+    the ranks that did not arrive, which is what the recorder's dumps are read for; set TUNEDIST_FLIGHT_RECORDER=1
+    before `import tunedist` to have tuned's collectives in the dumps too.
+    """
+    return os.environ.get("TUNEDIST_FLIGHT_RECORDER", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _skip_flight_recorder_hook() -> None:
+    # torch skips the hook for the backends in this set (its name says "self-recording"); a torch without the set
+    # attaches no hook to plugins at all.
+    skipped = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if isinstance(skipped, set) and not flight_recorder_enabled():
+        skipped.add(BACKEND_NAME)
+
+
 def _register() -> None:
     _check_torchcomms()
+    _skip_flight_recorder_hook()
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
     # register_backend never takes over a device's default backend (gloo for cpu, nccl for cuda stay).

@@ -166,6 +166,41 @@ def test_import_guards():
     assert "RUNTIME_ERROR" in out and "TORCH_DISTRIBUTED_USE_TORCHCOMMS" in out, out
 
 
+_FLIGHT_RECORDER_PROBE = (
+    "import torch, torch.distributed as dist\n"
+    "import tunedist\n"
+    "dist.init_process_group('tuned', store=dist.HashStore(), rank=0, world_size=1)\n"
+    "t = torch.ones(4)\n"
+    "dist.all_reduce(t)\n"
+    "hooks = dist.distributed_c10d._world.pg_flight_recorder_hooks\n"
+    "print('HOOKED' if dist.group.WORLD in hooks else 'NOT_HOOKED', tunedist.flight_recorder_enabled(), t.tolist())\n"
+    "dist.destroy_process_group()\n"
+)
+
+
+@pytest.mark.skipif(not hasattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS"),
+                    reason="this torch attaches no flight-recorder hook to plugin backends")
+def test_flight_recorder_hook_only_when_asked():
+    """torch's per-call flight-recorder hook is skipped for tuned by default and attached with
+    TUNEDIST_FLIGHT_RECORDER=1; either way the all_reduce is right."""
+    envs = {"": _import_env(), "1": _import_env(TUNEDIST_FLIGHT_RECORDER="1")}
+    envs[""].pop("TUNEDIST_FLIGHT_RECORDER", None)
+    procs = {value: subprocess.Popen([sys.executable, "-c", _FLIGHT_RECORDER_PROBE], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+             for value, env in envs.items()}
+    outputs = {}
+    try:
+        for value, p in procs.items():
+            outputs[value] = p.communicate(timeout=IMPORT_TIMEOUT_S)[0]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert "NOT_HOOKED False [1.0, 1.0, 1.0, 1.0]" in outputs[""], outputs[""]
+    assert "HOOKED True [1.0, 1.0, 1.0, 1.0]" in outputs["1"] and "NOT_HOOKED" not in outputs["1"], outputs["1"]
+
+
 def _cuda_tensor_on_cpu_group(rank: int, world_size: int) -> str:
     t = torch.ones(4, device="cuda:0")
     try:

@@ -56,15 +56,6 @@ void CpuBackend::rejectCall(const char* op, const std::string& message) {
   TORCH_CHECK(false, full);
 }
 
-c10::intrusive_ptr<c10d::Work> CpuBackend::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                                  const std::vector<at::Tensor>& inputs, bool asyncOp,
-                                                  std::chrono::milliseconds timeout, size_t bytes,
-                                                  std::function<void(HostCollectives&, const shm::OpContext&)> body) {
-  // The engine exists once prepareCollective has run, which the executor does before every body.
-  return executor_->launch(type, name, std::move(outputs), inputs, asyncOp, effectiveTimeout(timeout), bytes,
-                           [this, body = std::move(body)](const shm::OpContext& ctx) { body(*engine_, ctx); });
-}
-
 c10::intrusive_ptr<c10d::Work> CpuBackend::endCoalescing() {
   return executor_->endCoalescing(effectiveTimeout(c10d::kUnsetTimeout));
 }

@@ -139,11 +139,12 @@ class CpuBackend : public c10d::Backend {
   // Runs `checks`; if one throws, fails the group (rejectCall) so peers do not wait, and rethrows.
   template <typename F>
   void guardCall(const char* op, F&& checks);
-  // Queues one collective on the executor; `engine` runs it with the engine and the operation's context.
+  // Queues one collective on the executor; `body(engine, ctx)` runs it with the engine and the operation's context.
+  // A template, so the body and the engine lookup are one callable (one allocation per call, not two).
+  template <typename Body>
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                         const std::vector<at::Tensor>& inputs, bool asyncOp,
-                                        std::chrono::milliseconds timeout, size_t bytes,
-                                        std::function<void(HostCollectives&, const shm::OpContext&)> body);
+                                        std::chrono::milliseconds timeout, size_t bytes, Body&& body);
 
   // Engines (engines.cpp).
   void makeEngines(const shm::HostLayout& layout);
@@ -183,6 +184,17 @@ class CpuBackend : public c10d::Backend {
   std::atomic<uint64_t> p2pSeq_{0};
   std::atomic<uint64_t> monitoredBarriers_{0};  // calls so far: each call's store keys carry its number
 };
+
+template <typename Body>
+c10::intrusive_ptr<c10d::Work> CpuBackend::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                                  const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                                  std::chrono::milliseconds timeout, size_t bytes, Body&& body) {
+  // The engine exists once prepareCollective has run, which the executor does before every body.
+  return executor_->launch(type, name, std::move(outputs), inputs, asyncOp, effectiveTimeout(timeout), bytes,
+                           [this, body = std::forward<Body>(body)](const shm::OpContext& ctx) mutable {
+                             body(*engine_, ctx);
+                           });
+}
 
 template <typename F>
 void CpuBackend::guardCall(const char* op, F&& checks) {

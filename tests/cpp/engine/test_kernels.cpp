@@ -318,6 +318,37 @@ TEST_CASE("fp16 and bf16 accumulate in fp32 and round once", "[shm][kernels]") {
   }
 }
 
+TEST_CASE("a one-source reduce in place keeps the values, or scales them where the op does", "[shm][kernels]") {
+  // A world-size-1 all-reduce reduces its tensor onto itself; ops that leave one term unchanged skip the pass.
+  struct Case {
+    RedOp op;
+    double factor;
+    int divisor;
+    float expected;
+  };
+  for (const Case& c : {Case{RedOp::kSum, 1.0, 1, 3.0f}, Case{RedOp::kMax, 1.0, 1, 3.0f},
+                        Case{RedOp::kAvg, 1.0, 1, 3.0f}, Case{RedOp::kAvg, 1.0, 2, 1.5f},
+                        Case{RedOp::kPremulSum, 1.0, 1, 3.0f}, Case{RedOp::kPremulSum, 2.0, 1, 6.0f}}) {
+    ReduceArgs a;
+    a.op = c.op;
+    a.factor = c.factor;
+    a.divisor = c.divisor;
+    std::vector<float> v(1000, 3.0f);
+    const void* src = v.data();
+    shm::reduce(a, v.data(), &src, 1, v.size());
+    INFO(shm::redOpName(c.op) << " factor " << c.factor << " divisor " << c.divisor);
+    REQUIRE(std::all_of(v.begin(), v.end(), [&](float x) { return x == c.expected; }));
+  }
+  // Bool normalises any nonzero byte to 1, so it always runs.
+  ReduceArgs b;
+  b.dtype = DType::kBool;
+  b.op = RedOp::kMax;
+  Bytes flags = {0, 1, 2, 255};
+  const void* src = flags.data();
+  shm::reduce(b, flags.data(), &src, 1, flags.size());
+  REQUIRE(flags == Bytes{0, 1, 1, 1});
+}
+
 TEST_CASE("MIN and MAX propagate NaN, identically at every level", "[shm][kernels]") {
   LevelReset reset;
   const std::vector<SimdLevel> levels = levelsToTest();

@@ -1,0 +1,174 @@
+"""Where the time of one CPU `dist.all_reduce` goes, per size: a per-call budget beside the c10d floor.
+
+    torchrun --standalone --nproc_per_node=2 benchmarks/bench_call_budget.py --json budget.json
+
+Every row is measured in this one run, interleaved (round r: size 1: row A, B, C ...; size 2: ...), so load drift
+hits all rows alike. A row's figure is the median over rounds of its per-round median µs per call.
+  fake        dist.all_reduce on torch's fake process group (torch.testing._internal.distributed.fake_pg), which
+              moves nothing: Python, the c10d dispatcher and a Work. The floor any c10d backend pays.
+  tuned_ws1   dist.all_reduce on a world-size-1 `tuned` group (one per rank): the floor plus tunedist's own cost per
+              call (checks, the Work and its future, the executor, one round of the engine without peers).
+  tuned_ws1_async   the same with async_op=True and work.wait().
+  tuned       dist.all_reduce on the job's `tuned` group (all ranks): the above plus synchronisation and the bytes.
+  gloo        the same on gloo, for scale.
+  deepspeed   deepspeed.comm.inference_all_reduce (its shared-memory all_reduce; tunedist.bench_contenders), when
+              DeepSpeed is installed: the peer to beat (float32 SUM runs its shm kernel).
+  kernels     the engine's own copy (into a slot) and reduce (P sources) of S bytes, timed in C++
+              (tunedist._C.measure_kernels_us): what the bytes cost at this machine's memory speed.
+The budget splits `tuned` into: floor (fake), tunedist per call (tuned_ws1 - fake), bytes (kernels) and
+synchronisation (the rest: tuned - tuned_ws1 - kernels + the ws1 self-copy, never below zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import tunedist
+
+DEFAULT_SIZES = "4K,64K,1M,4M"
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * mult
+
+
+def per_call_us(call, iters: int) -> float:
+    """Median of `iters` timed calls, in µs."""
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def iters_for(nbytes: int) -> int:
+    return max(20, min(2000, (64 << 20) // max(nbytes, 1) // 8))
+
+
+def make_rows(args, groups, t: torch.Tensor, ds) -> dict:
+    rows = {
+        "fake": lambda: dist.all_reduce(t, group=groups["fake"]),
+        "tuned_ws1": lambda: dist.all_reduce(t, group=groups["tuned_ws1"]),
+        "tuned_ws1_async": lambda: dist.all_reduce(t, group=groups["tuned_ws1"], async_op=True).wait(),
+        "tuned": lambda: dist.all_reduce(t, group=groups["tuned"]),
+    }
+    if not args.no_gloo:
+        rows["gloo"] = lambda: dist.all_reduce(t, group=groups["gloo"])
+    if ds is not None:
+        rows["deepspeed"] = lambda: ds.all_reduce(t, dist.ReduceOp.SUM)
+    return rows
+
+
+def measure(args, ds) -> dict:
+    world = dist.get_world_size()
+    groups = {
+        "fake": dist.new_subgroups(group_size=1, backend="fake")[0],
+        "tuned_ws1": dist.new_subgroups(group_size=1, backend="tuned")[0],
+        "tuned": dist.new_group(backend="tuned"),
+    }
+    if not args.no_gloo:
+        groups["gloo"] = dist.new_group(backend="gloo")
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    samples: dict = {s: {} for s in sizes}
+    kernels: dict = {s: [] for s in sizes}
+    for _ in range(args.rounds):
+        for nbytes in sizes:
+            t = torch.ones(nbytes // 4, dtype=torch.float32)
+            rows = make_rows(args, groups, t, ds)
+            iters = iters_for(nbytes)
+            for name, call in rows.items():
+                for _ in range(3):
+                    call()  # warm: the group's first call attaches its shared memory
+                dist.barrier()
+                t.fill_(1.0)
+                samples[nbytes].setdefault(name, []).append(per_call_us(call, iters))
+            kernels[nbytes].append(tunedist._C.measure_kernels_us(nbytes, world, 9))
+            t.fill_(1.0)
+            for name, call in rows.items():  # every row's result, once per size and round (outside the timing)
+                call()
+                want = 1.0 if name in ("fake", "tuned_ws1", "tuned_ws1_async") else float(world)  # fake moves nothing
+                assert bool((t == want).all()), f"{name} all_reduce of {nbytes} B gave a wrong result"
+                t.fill_(1.0)
+    return {"world_size": world, "sizes": sizes, "samples": samples, "kernels": kernels}
+
+
+def summarize(raw: dict) -> list:
+    out = []
+    for nbytes in raw["sizes"]:
+        med = {name: statistics.median(v) for name, v in raw["samples"][nbytes].items()}
+        spread = {name: (min(v), max(v)) for name, v in raw["samples"][nbytes].items()}
+        copy_us = statistics.median(k["copy_us"] for k in raw["kernels"][nbytes])
+        reduce_us = statistics.median(k["reduce_us"] for k in raw["kernels"][nbytes])
+        self_copy_us = statistics.median(k["self_copy_us"] for k in raw["kernels"][nbytes])
+        ours = med["tuned_ws1"] - med["fake"]
+        bytes_us = copy_us + reduce_us
+        sync = max(0.0, med["tuned"] - med["tuned_ws1"] + self_copy_us - bytes_us)
+        out.append({"bytes": nbytes, "median_us": med, "min_max_us": spread,
+                    "kernels_us": {"copy": copy_us, "reduce": reduce_us, "ws1_self_copy": self_copy_us},
+                    "budget_us": {"c10d_floor": med["fake"], "tunedist_per_call": ours, "bytes": bytes_us,
+                                  "synchronisation": sync, "total": med["tuned"]}})
+    return out
+
+
+def print_table(rows: list, raw: dict, load: tuple) -> None:
+    names = list(rows[0]["median_us"])
+    rounds = len(raw["samples"][rows[0]["bytes"]][names[0]])
+    print(f"# world size {raw['world_size']}, float32 SUM, median µs per call over {rounds} interleaved rounds; "
+          f"load {load[0]:.2f} -> {load[1]:.2f}")
+    print(f"#{'size':>9} " + " ".join(f"{n:>16}" for n in names))
+    for r in rows:
+        print(f"{r['bytes']:>10} " + " ".join(f"{r['median_us'][n]:>16.2f}" for n in names))
+    print("#\n# budget of tuned (µs): c10d floor | tunedist per call | bytes (copy + reduce kernels) | synchronisation")
+    for r in rows:
+        b = r["budget_us"]
+        print(f"{r['bytes']:>10}  {b['c10d_floor']:8.2f} | {b['tunedist_per_call']:8.2f} | {b['bytes']:8.2f} "
+              f"({r['kernels_us']['copy']:.2f} + {r['kernels_us']['reduce']:.2f}) | {b['synchronisation']:8.2f}"
+              f"   = {b['total']:.2f}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated bytes (default {DEFAULT_SIZES})")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--no-gloo", action="store_true")
+    p.add_argument("--no-deepspeed", action="store_true", help="leave DeepSpeed out even when it is installed")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    import torch.testing._internal.distributed.fake_pg  # noqa: PLC0415  (registers the "fake" backend)
+
+    from tunedist import bench_contenders  # noqa: PLC0415
+
+    use_ds = not args.no_deepspeed and bench_contenders.deepspeed_problem("cpu") is None
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    ds = bench_contenders.make("deepspeed").comm if use_ds else None
+    load0 = os.getloadavg()[0]
+    raw = measure(args, ds)
+    load = (load0, os.getloadavg()[0])
+    rows = summarize(raw)
+    if dist.get_rank() == 0:
+        print_table(rows, raw, load)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"meta": {"world_size": raw["world_size"], "torch": torch.__version__,
+                                    "tunedist": tunedist.version(), "simd": tunedist.simd_level(),
+                                    "rounds": args.rounds, "load_before_after": load},
+                           "rows": rows, "raw": {str(k): v for k, v in raw["samples"].items()}}, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
