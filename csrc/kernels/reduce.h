@@ -41,15 +41,16 @@ void checkReduceSupported(DType dtype, RedOp op);
 // PREMUL_SUM is refused (NCCL rounds the factor to the integer type; no single meaning is obvious).
 void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count);
 
-// The copy routine every collective uses (and the benchmark's memcpy_gbps measures). Tuned for a destination that
-// another process reads next (a shared-memory slot): from 16 KiB up, the AVX2/AVX-512 levels write with
-// non-temporal stores and end with an sfence, so a following release store publishes the data. dst == src is a
+// The streaming copy (and what the benchmark's memcpy_gbps measures): from 16 KiB up, the AVX2/AVX-512 levels write
+// with non-temporal stores (no read-for-ownership of dst) and end with an sfence, so a following release store
+// publishes the data. The collectives use it to copy out of a peer's slot into a user's tensor. dst == src is a
 // no-op; otherwise the ranges must not overlap.
 void copyBytes(void* dst, const void* src, size_t bytes);
 
-// For a destination this process reads next (its own output tensor): plain memcpy, which leaves dst in this core's
-// cache. On the dev machine it beats copyBytes 1.2-2x when the copying core reads dst next, and loses 2-3x when
-// another core does (numbers in reduce_impl.h).
+// Plain memcpy, which leaves dst in cache. The collectives use it to copy into their own slot, which peers read
+// right away: end to end (tunedist.bench, 2 ranks, this VM) it made all_reduce 256 KiB 1.2-1.4x faster than the
+// streaming copy (whose stores go to memory, where the peer then reads them), all_gather and reduce_scatter
+// 1.3-2x from 64 KiB to 4 MiB; the isolated copy-then-read figures in reduce_impl.h had suggested the opposite.
 void copyBytesCached(void* dst, const void* src, size_t bytes);
 
 }  // namespace tunedist::shm

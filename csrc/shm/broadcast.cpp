@@ -22,7 +22,7 @@ void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root)
       const size_t n = std::min(chunk, bytes - off);
       int b = beginRound(ctx);
       if (rank_ == root) {
-        copyBytes(slot(root, b), data + off, n);
+        copyBytesCached(slot(root, b), data + off, n);
       }
       // Step 1/1: the root's slot holds bytes [off, off+n).
       waitAll(ctx, publish(ctx));

@@ -25,7 +25,7 @@ void ShmComm::gatherTo(const OpContext& ctx, const void* in, size_t bytes, void*
       const size_t n = std::min(chunk, bytes - off);
       int b = beginRound(ctx);
       if (all || rank_ != root) {
-        copyBytes(slot(rank_, b), src + off, n);
+        copyBytesCached(slot(rank_, b), src + off, n);
       }
       // Step 1/1: our slot holds bytes [off, off+n) of our input.
       waitAll(ctx, publish(ctx));

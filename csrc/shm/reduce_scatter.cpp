@@ -26,7 +26,7 @@ void ShmComm::reduceScatter(const OpContext& ctx, const void* const* ins, void* 
       int b = beginRound(ctx);
       for (int q = 0; q < size_; ++q) {
         if (q != rank_) {
-          copyBytes(slot(rank_, b) + size_t(q) * partBytes, static_cast<const char*>(ins[q]) + off * es, n * es);
+          copyBytesCached(slot(rank_, b) + size_t(q) * partBytes, static_cast<const char*>(ins[q]) + off * es, n * es);
         }
       }
       // Step 1/1: part q of our slot holds elements [off, off+n) of our block q.
