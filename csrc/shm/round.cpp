@@ -150,8 +150,10 @@ void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFo
     const bool exited = life == Liveness::kGone || processCertainlyGone(who);
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
     if (exited || (life == Liveness::kUnknown && silent > options_.deadAfter)) {
+      // A pid means something only in its own namespace: say so when the peer's is not ours.
+      const bool samePidNs = c.pidNamespace == ctl(rank_).pidNamespace;
       fail(ctx,
-           detail::str("rank ", p, " (pid ", c.pid, ") is dead: ",
+           detail::str("rank ", p, " (pid ", c.pid, samePidNs ? "" : " in another pid namespace", ") is dead: ",
                        exited ? "its process has exited or left the group"
                               : detail::str("its heartbeat stopped ", silent.count(), " ms ago"),
                        ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
