@@ -145,7 +145,7 @@ class ShmComm {
   int beginRound(const OpContext& ctx);
   void writeDesc(int buffer, const OpDesc& desc);
   void checkDescs(const OpContext& ctx, int buffer);
-  void checkPeers(const OpContext& ctx, const std::vector<int>& waitingFor);
+  void checkPeers(const OpContext& ctx, uint64_t step, const std::vector<int>& waitingFor);
   [[noreturn]] void fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
   // Fails this op with a peer's abort found in the segment, keeping the kind the peer gave it.
   [[noreturn]] void failFromPeerAbort(const OpContext& ctx);

@@ -101,7 +101,7 @@ void ShmComm::waitAll(const OpContext& ctx, uint64_t step) {
       break;
     }
     try {
-      checkPeers(ctx, waitingFor);
+      checkPeers(ctx, step, waitingFor);
     } catch (...) {
       header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
       throw;
@@ -116,9 +116,16 @@ void ShmComm::waitAll(const OpContext& ctx, uint64_t step) {
   }
 }
 
-void ShmComm::checkPeers(const OpContext& ctx, const std::vector<int>& waitingFor) {
+void ShmComm::checkPeers(const OpContext& ctx, uint64_t step, const std::vector<int>& waitingFor) {
   if (header_->abortFlag.load(std::memory_order_acquire) == 2) {
-    failFromPeerAbort(ctx);
+    // A peer may have failed in a later operation after the ranks we wait for published (we read their steps
+    // before the flag): this operation can still complete, and the next wait for that peer fails.
+    for (int p : waitingFor) {
+      if (ctl(p).step.load(std::memory_order_acquire) < step) {
+        failFromPeerAbort(ctx);
+      }
+    }
+    return;
   }
   auto now = std::chrono::steady_clock::now();
   if (now >= ctx.deadline) {
