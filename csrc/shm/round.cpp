@@ -156,7 +156,10 @@ void ShmComm::checkPeers(const OpContext& ctx, uint64_t step, const std::vector<
     ProcessIdentity who{c.pid, c.pidNamespace, c.startTime};
     const bool exited = life == Liveness::kGone || processCertainlyGone(who);
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
-    if (exited || (life == Liveness::kUnknown && silent > options_.deadAfter)) {
+    // Read after the probe: a peer that published this step and then left the group (its lock free) is not dead
+    // to this wait; the probe's acquire of its released lock makes that publish visible here.
+    const bool published = c.step.load(std::memory_order_acquire) >= step;
+    if (!published && (exited || (life == Liveness::kUnknown && silent > options_.deadAfter))) {
       // A pid means something only in its own namespace: say so when the peer's is not ours.
       const bool samePidNs = c.pidNamespace == ctl(rank_).pidNamespace;
       fail(ctx,
