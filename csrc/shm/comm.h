@@ -177,6 +177,8 @@ class ShmComm {
     return reinterpret_cast<char*>(header_) + geometry_.slotOffset(rank, buffer);
   }
   RankCtl& ctl(int rank) const { return ctls_[rank]; }
+  // Whether `rank` has published `step` (acquire: its writes for that step are visible once this is true).
+  bool reached(int rank, uint64_t step) const { return ctl(rank).step.load(std::memory_order_acquire) >= step; }
 
   std::shared_ptr<Rendezvous> rendezvous_;
   const int rank_;

@@ -69,10 +69,9 @@ uint64_t ShmComm::publish(const OpContext& ctx) {
 }
 
 void ShmComm::waitAll(const OpContext& ctx, uint64_t step) {
-  auto ready = [&](int p) { return ctl(p).step.load(std::memory_order_acquire) >= step; };
   auto allReady = [&] {
     for (int p = 0; p < size_; ++p) {
-      if (!ready(p)) {
+      if (!reached(p, step)) {
         return false;
       }
     }
@@ -92,7 +91,7 @@ void ShmComm::waitAll(const OpContext& ctx, uint64_t step) {
     uint32_t seen = header_->bell.load(std::memory_order_seq_cst);
     waitingFor.clear();
     for (int p = 0; p < size_; ++p) {
-      if (!ready(p)) {
+      if (!reached(p, step)) {
         waitingFor.push_back(p);
       }
     }
@@ -121,7 +120,7 @@ void ShmComm::checkPeers(const OpContext& ctx, uint64_t step, const std::vector<
     // A peer may have failed in a later operation after the ranks we wait for published (we read their steps
     // before the flag): this operation can still complete, and the next wait for that peer fails.
     for (int p : waitingFor) {
-      if (ctl(p).step.load(std::memory_order_acquire) < step) {
+      if (!reached(p, step)) {
         failFromPeerAbort(ctx);
       }
     }
@@ -158,8 +157,7 @@ void ShmComm::checkPeers(const OpContext& ctx, uint64_t step, const std::vector<
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
     // Read after the probe: a peer that published this step and then left the group (its lock free) is not dead
     // to this wait; the probe's acquire of its released lock makes that publish visible here.
-    const bool published = c.step.load(std::memory_order_acquire) >= step;
-    if (!published && (exited || (life == Liveness::kUnknown && silent > options_.deadAfter))) {
+    if (!reached(p, step) && (exited || (life == Liveness::kUnknown && silent > options_.deadAfter))) {
       // A pid means something only in its own namespace: say so when the peer's is not ours.
       const bool samePidNs = c.pidNamespace == ctl(rank_).pidNamespace;
       fail(ctx,

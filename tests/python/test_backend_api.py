@@ -124,6 +124,24 @@ def _import_env(**extra) -> dict:
     return env
 
 
+def _run_children(probes: dict) -> dict:
+    """Runs each {name: (python code, env)} in a child interpreter at once (each pays for importing torch) and
+    returns {name: its stdout and stderr}; children still running on the way out are killed."""
+    procs = {name: subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+             for name, (code, env) in probes.items()}
+    outputs = {}
+    try:
+        for name, p in procs.items():
+            outputs[name] = p.communicate(timeout=IMPORT_TIMEOUT_S)[0]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outputs
+
+
 def test_import_guards():
     """Two children at once (each pays for importing torch): a torch version mismatch, and TorchComms mode."""
     version_probe = (
@@ -144,22 +162,8 @@ def test_import_guards():
         "else:\n"
         "    print('IMPORTED')\n"
     )
-    procs = {
-        "version": subprocess.Popen([sys.executable, "-c", version_probe], env=_import_env(),
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        "torchcomms": subprocess.Popen([sys.executable, "-c", torchcomms_probe],
-                                       env=_import_env(TORCH_DISTRIBUTED_USE_TORCHCOMMS="1"),
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-    }
-    outputs = {}
-    try:
-        for name, p in procs.items():
-            outputs[name] = p.communicate(timeout=IMPORT_TIMEOUT_S)[0]
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outputs = _run_children({"version": (version_probe, _import_env()),
+                             "torchcomms": (torchcomms_probe, _import_env(TORCH_DISTRIBUTED_USE_TORCHCOMMS="1"))})
     out = outputs["version"]
     assert "IMPORT_ERROR" in out and "rebuild" in out.lower() and "0.0.1+not-the-build" in out, out
     out = outputs["torchcomms"]
@@ -185,18 +189,7 @@ def test_flight_recorder_hook_only_when_asked():
     TUNEDIST_FLIGHT_RECORDER=1; either way the all_reduce is right."""
     envs = {"": _import_env(), "1": _import_env(TUNEDIST_FLIGHT_RECORDER="1")}
     envs[""].pop("TUNEDIST_FLIGHT_RECORDER", None)
-    procs = {value: subprocess.Popen([sys.executable, "-c", _FLIGHT_RECORDER_PROBE], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-             for value, env in envs.items()}
-    outputs = {}
-    try:
-        for value, p in procs.items():
-            outputs[value] = p.communicate(timeout=IMPORT_TIMEOUT_S)[0]
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outputs = _run_children({value: (_FLIGHT_RECORDER_PROBE, env) for value, env in envs.items()})
     assert "NOT_HOOKED False [1.0, 1.0, 1.0, 1.0]" in outputs[""], outputs[""]
     assert "HOOKED True [1.0, 1.0, 1.0, 1.0]" in outputs["1"] and "NOT_HOOKED" not in outputs["1"], outputs["1"]
 
