@@ -243,6 +243,13 @@ void TunedBackend::setGroupUid(const std::string& pgUid) {
   nccl_.setGroupUid(pgUid);
 }
 
+at::Tensor TunedBackend::allocateTensor(long size, at::TensorOptions options) {
+  TORCH_CHECK(!options.has_device() || options.device().is_cpu(), "tunedist: allocate_tensor on rank ", rank_,
+              ": `tuned` allocates symmetric buffers for CPU tensors only, got device ", options.device(),
+              " (supports_tensor_alloc is False for CUDA devices: FSDP2 then allocates with torch.empty)");
+  return cpu_->allocateTensor(size, options);
+}
+
 void TunedBackend::abort() {
   cpu_->abort();
   nccl_.abort();

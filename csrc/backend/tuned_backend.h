@@ -91,6 +91,9 @@ class TunedBackend : public c10d::Backend {
   // dist.split_group and DeviceMesh with a bound device split the parent group: the child is a TunedBackend over
   // the store torch hands over (members only; its engines and NCCL side are made lazily, like a new group's).
   bool supportsSplitting() const override { return true; }
+  // Symmetric buffers for CPU tensors (CpuBackend::allocateTensor); CUDA tensors get none from `tuned`.
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override { return cpu_->supportsTensorAlloc(deviceIdx); }
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;

@@ -24,6 +24,15 @@ ShmOptions ShmOptions::fromEnv() {
   if (auto v = envNonNegativeInt("TUNEDIST_SWEEP_MIN_AGE_S")) {
     o.sweepMinAge = std::chrono::seconds(*v);
   }
+  if (auto v = envNonNegativeInt("TUNEDIST_SYMMETRIC_MIN_BYTES")) {
+    o.symmetricMinBytes = size_t(*v);
+  }
+  if (auto v = envNonNegativeInt("TUNEDIST_SYMMETRIC_CHUNK_BYTES")) {
+    o.symmetricChunkBytes = size_t(*v);
+  }
+  if (auto v = envNonNegativeInt("TUNEDIST_SYMMETRIC_HEAP_BYTES")) {
+    o.symmetricHeapBytes = size_t(*v);
+  }
   o.validate();
   return o;
 }

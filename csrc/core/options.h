@@ -17,6 +17,9 @@ struct ShmOptions {
   static constexpr std::chrono::milliseconds kDefaultDeadAfter{1000};
   static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
   static constexpr std::chrono::seconds kDefaultSweepMinAge{30};
+  static constexpr size_t kDefaultSymmetricMinBytes = size_t(256) << 10;
+  static constexpr size_t kDefaultSymmetricChunkBytes = size_t(64) << 20;
+  static constexpr size_t kDefaultSymmetricHeapBytes = size_t(16) << 30;
 
   // Bytes of one data slot. Each rank owns kNumBuffers slots (double buffering), so a group of P ranks reserves
   // about P * 2 * slotBytes of shared memory (plus control pages) at its first collective.
@@ -40,9 +43,17 @@ struct ShmOptions {
   // The start-up sweep removes only names of dead jobs at least this old: a younger one may belong to a job that
   // is still attaching.
   std::chrono::seconds sweepMinAge = kDefaultSweepMinAge;
+  // Symmetric buffers (shm/heap.h, shm/symmetric/): collectives of at least this many bytes on buffers from the
+  // group's symmetric heap run zero-copy; smaller ones take the copying path, whose one-shot algorithm needs one
+  // synchronisation where the zero-copy ones need two or three.
+  size_t symmetricMinBytes = kDefaultSymmetricMinBytes;
+  // The heap grows in chunks of at least this many bytes, up to symmetricHeapBytes per rank and group.
+  size_t symmetricChunkBytes = kDefaultSymmetricChunkBytes;
+  size_t symmetricHeapBytes = kDefaultSymmetricHeapBytes;
 
   // Defaults overridden by TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS,
-  // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S where set.
+  // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S, TUNEDIST_SYMMETRIC_MIN_BYTES,
+  // TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES where set.
   static ShmOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.
   void validate() const;

@@ -207,6 +207,28 @@ PYBIND11_MODULE(_C, m) {
         return tunedBackend(backend, "reserved_shm_bytes").cpu().reservedShmBytes();
       },
       py::arg("backend"));
+  m.def(
+      "is_symmetric",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, const at::Tensor& t) {
+        return tunedBackend(backend, "is_symmetric").cpu().isSymmetric(t);
+      },
+      py::arg("backend"), py::arg("tensor"));
+  m.def(
+      "symmetric_heap_stats",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        const auto s = tunedBackend(backend, "symmetric_heap_stats").cpu().heapStats();
+        py::dict d;
+        d["reserved_bytes"] = s.reservedBytes;
+        d["in_use_bytes"] = s.inUseBytes;
+        d["peak_in_use_bytes"] = s.peakInUseBytes;
+        d["chunks"] = s.chunks;
+        d["allocations"] = s.allocations;
+        d["chunk_creations"] = s.chunkCreations;
+        d["zero_copy_ops"] = s.zeroCopyOps;
+        d["copy_restarts"] = s.copyRestarts;
+        return d;
+      },
+      py::arg("backend"));
   m.def("nccl_build_info", [] {
     auto info = tunedist::ncclBuildInfo();
     py::dict d;

@@ -8,14 +8,17 @@ namespace tunedist::shm {
 
 void ShmComm::allreduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
   checkReduceSupported(args.dtype, args.op);
+  runOp(ctx, makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor),
+        [&] { allreduceCopy(ctx, in, out, count, args); });
+}
+
+void ShmComm::allreduceCopy(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
   const size_t bytes = count * dtypeSize(args.dtype);
-  runOp(ctx, makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor), [&] {
-    if (size_ == 1 || bytes <= std::min(options_.oneShotMaxBytes, options_.slotBytes)) {
-      allreduceOneShot(ctx, in, out, count, args);
-    } else {
-      allreduceTwoShot(ctx, in, out, count, args);
-    }
-  });
+  if (size_ == 1 || bytes <= std::min(options_.oneShotMaxBytes, options_.slotBytes)) {
+    allreduceOneShot(ctx, in, out, count, args);
+  } else {
+    allreduceTwoShot(ctx, in, out, count, args);
+  }
 }
 
 // One-shot (latency-bound sizes, one synchronisation):

@@ -15,7 +15,11 @@ namespace tunedist::shm {
 void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root) {
   TD_CHECK(root >= 0 && root < size_, "tunedist: broadcast (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
            " is outside the group of ", size_);
-  runOp(ctx, makeDesc(OpCode::kBroadcast, ctx.seq, bytes, root), [&] {
+  runOp(ctx, makeDesc(OpCode::kBroadcast, ctx.seq, bytes, root), [&] { broadcastBody(ctx, buf, bytes, root); });
+}
+
+void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root) {
+  {
     char* data = static_cast<char*>(buf);
     const size_t chunk = options_.slotBytes;
     for (size_t off = 0; off < bytes || off == 0; off += chunk) {
@@ -34,7 +38,7 @@ void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root)
         break;
       }
     }
-  });
+  }
 }
 
 }  // namespace tunedist::shm

@@ -84,19 +84,23 @@ StallPoint StallPoint::fromEnv() {
   return s;
 }
 
-ShmComm::ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options)
+ShmComm::ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options,
+                 std::shared_ptr<SymmetricHeap> heap)
     : rendezvous_(std::move(rendezvous)),
       rank_(rank),
       size_(size),
       options_(options),
       geometry_(size, options.slotBytes),
-      stall_(StallPoint::fromEnv()) {
+      stall_(StallPoint::fromEnv()),
+      heap_(std::move(heap)),
+      peerChunks_(size_t(size)) {
   TD_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for group size ", size);
   options_.validate();
   TD_CHECK(rendezvous_ != nullptr, "tunedist: ShmComm needs a rendezvous");
 }
 
 ShmComm::~ShmComm() {
+  unlinkHeapNames();
   stopHeartbeat_.store(true);
   {
     std::lock_guard<std::mutex> lock(heartbeatMutex_);
@@ -301,6 +305,8 @@ void ShmComm::abort(const std::string& reason, FailureKind kind) {
       // The store is gone (its host process exited); peers then fail on the store themselves.
     }
   }
+  // Nobody maps a heap chunk of a failed group again: drop the names now, in case this process is killed next.
+  unlinkHeapNames();
   if (header == nullptr) {
     return;
   }

@@ -29,6 +29,7 @@
 #include "core/rendezvous.h"
 #include "core/types.h"
 #include "kernels/reduce.h"
+#include "shm/heap.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
 
@@ -86,7 +87,9 @@ struct StallPoint {
 
 class ShmComm {
  public:
-  ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options);
+  // `heap` (may be null) is this rank's symmetric heap: the zero-copy collectives below run on buffers in it.
+  ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options,
+          std::shared_ptr<SymmetricHeap> heap = nullptr);
   ~ShmComm();
   ShmComm(const ShmComm&) = delete;
   ShmComm& operator=(const ShmComm&) = delete;
@@ -116,6 +119,22 @@ class ShmComm {
   void alltoallv(const OpContext& ctx, const void* const* sends, const size_t* sendBytes, void* const* recvs,
                  const size_t* recvBytes);
   void barrier(const OpContext& ctx);
+
+  // Zero-copy collectives (shm/symmetric/) on buffers in this rank's symmetric heap, `ref` saying where: ranks read
+  // and write each other's buffers directly instead of staging through slots. The first round agrees: if some
+  // rank's buffer is not symmetric (it called the copying method, or passed a buffer outside its heap), every
+  // rank runs the copying algorithm instead, with the same results. Results are bit-identical to the copying
+  // algorithms (each element is reduced over ranks 0..P-1 in order by one rank).
+  // In place on `buf` (count elements).
+  void allreduceSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t count, const ReduceArgs& args);
+  // `out` holds size() blocks of `bytes`; block rank() receives `in` (which may be that block itself).
+  void allgatherSymmetric(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef);
+  // `in` holds size() blocks of `count` elements; block p is reduced into rank p's `out`, which may be our own block
+  // of `in` but must not overlap another.
+  void reduceScatterSymmetric(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
+                              const ReduceArgs& args);
+  void broadcastSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
+  const std::shared_ptr<SymmetricHeap>& heap() const { return heap_; }
 
   // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
   // failure wins; later calls only share it again. Idempotent.
@@ -151,10 +170,41 @@ class ShmComm {
   [[noreturn]] void failFromPeerAbort(const OpContext& ctx);
   // Runs one operation: attaches at the first, takes the first round's buffer and writes the descriptor
   // (startOp), then `body`; any failure is shared with the whole group before it propagates. A template, so the
-  // body is called directly: no std::function (and no allocation) per operation.
+  // body is called directly: no std::function (and no allocation) per operation. When the first round finds some
+  // ranks' descriptors symmetric and some not (checkDescs throws RestartOnCopyPath on every rank), every rank
+  // starts the operation again with its symmetric mark cleared and runs `copyBody`, the copying algorithm.
+  template <typename Body, typename CopyBody>
+  void runOp(const OpContext& ctx, const OpDesc& desc, Body&& body, CopyBody&& copyBody);
   template <typename Body>
-  void runOp(const OpContext& ctx, const OpDesc& desc, Body&& body);
+  void runOp(const OpContext& ctx, const OpDesc& desc, Body&& body) {
+    runOp(ctx, desc, body, body);
+  }
   void startOp(const OpContext& ctx, const OpDesc& desc);
+  // Thrown by checkDescs (not an error): ranks disagree only on running the zero-copy algorithm.
+  struct RestartOnCopyPath {};
+
+  // The copying algorithms, inside runOp.
+  void allreduceCopy(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
+  void gatherBody(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
+  void broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root);
+  void reduceScatterBody(const OpContext& ctx, const void* const* ins, void* out, size_t count,
+                         const ReduceArgs& args);
+
+  // The symmetric heap as the group sees it (symmetric/peers.cpp).
+  // Writes our chunks that are not yet in our HeapTable into it, and maps the chunks peers have published since
+  // the last call (so their names are unlinked early).
+  void syncHeaps(const OpContext& ctx);
+  // Rank p's buffer of this operation (its descriptor's symChunk/symOffset), `bytes` long, mapped here.
+  char* peerBuffer(const OpContext& ctx, int p, size_t bytes);
+  char* mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk);
+  // Removes the names of every chunk this rank knows of (its own and its peers'): the group has ended or failed,
+  // nobody will map them again. Never throws.
+  void unlinkHeapNames() noexcept;
+  HeapTable& heapTable(int rank) const {
+    return reinterpret_cast<HeapTable*>(reinterpret_cast<char*>(header_) + geometry_.heapOffset)[rank];
+  }
+  // One round with no data: publish; wait for all (the caller's comment says what the step hands over).
+  void syncRound(const OpContext& ctx);
 
   // Algorithms (one file per collective).
   // gather to `root`, or to every rank (all_gather) when root is -1; callers have validated root.
@@ -213,18 +263,36 @@ class ShmComm {
   std::string failure_;
   FailureKind failureKind_ = FailureKind::kError;
 
+  // The zero-copy engine: our heap, how many of its chunks our HeapTable lists, peers' chunks mapped here.
+  std::shared_ptr<SymmetricHeap> heap_;
+  uint32_t heapPublished_ = 0;
+  std::vector<std::vector<ShmSegment>> peerChunks_;
+
   std::atomic<bool> stopHeartbeat_{false};
   std::mutex heartbeatMutex_;
   std::condition_variable heartbeatCv_;
   std::thread heartbeat_;
 };
 
-template <typename Body>
-void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, Body&& body) {
+template <typename Body, typename CopyBody>
+void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, Body&& body, CopyBody&& copyBody) {
   throwIfFailed();
   try {
-    startOp(ctx, desc);
-    body();
+    try {
+      startOp(ctx, desc);
+      body();
+    } catch (const RestartOnCopyPath&) {
+      // Every rank got here after the same first round (no slot was read): start again, all on the copying path.
+      if (heap_ != nullptr) {
+        heap_->countCopyRestart();
+      }
+      OpDesc plain = desc;
+      plain.symmetric = 0;
+      plain.symChunk = 0;
+      plain.symOffset = 0;
+      startOp(ctx, plain);
+      copyBody();
+    }
     TD_ASSERT(!descPending_, "operation ", ctx.name, " ended without a round");
   } catch (const std::exception& e) {
     // Whatever failed, peers must not wait for us: share the first failure with the whole group.

@@ -17,7 +17,12 @@ void ShmComm::gather(const OpContext& ctx, const void* in, size_t bytes, void* c
 void ShmComm::gatherTo(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
   const bool all = root < 0;
   OpCode op = all ? OpCode::kAllgather : OpCode::kGather;
-  runOp(ctx, makeDesc(op, ctx.seq, bytes, root), [&] {
+  runOp(ctx, makeDesc(op, ctx.seq, bytes, root), [&] { gatherBody(ctx, in, bytes, outs, root); });
+}
+
+void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
+  const bool all = root < 0;
+  {
     const bool receive = all || rank_ == root;
     const char* src = static_cast<const char*>(in);
     const size_t chunk = options_.slotBytes;
@@ -44,7 +49,7 @@ void ShmComm::gatherTo(const OpContext& ctx, const void* in, size_t bytes, void*
     if (receive) {
       copyOwn(outs[rank_], in, bytes);
     }
-  });
+  }
 }
 
 }  // namespace tunedist::shm

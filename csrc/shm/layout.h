@@ -1,10 +1,12 @@
 // The typed layout of a group's shared-memory segment. Every field that ranks hand to each other is a
 // std::atomic with explicit acquire/release, and every cross-rank struct owns whole cache lines.
 //
-//   [SegmentHeader, 4 KiB] [RankCtl x P, rounded to 4 KiB] [data: P ranks x kNumBuffers slots x slotBytes]
+//   [SegmentHeader, 4 KiB] [RankCtl x P] [HeapTable x P, together rounded to 4 KiB]
+//   [data: P ranks x kNumBuffers slots x slotBytes]
 //
-// A rank writes only its own RankCtl and its own slots (plus the header's attach counter, bell and abort word);
-// peers read them after observing the owner's published step.
+// A rank writes only its own RankCtl, its own HeapTable and its own slots (plus the header's attach counter, bell
+// and abort word, and the mappedBy counters of peers' heap chunks); peers read them after observing the owner's
+// published step.
 #pragma once
 
 #include <atomic>
@@ -16,7 +18,7 @@
 namespace tunedist::shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68735f64656e75ULL;  // "uned_shm" little-endian, after a 't' that did not fit
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = 4;
 constexpr int kNumBuffers = 2;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
@@ -24,18 +26,25 @@ constexpr size_t kAbortReasonBytes = 1024;
 
 // What every rank says it is doing in a given operation; compared across ranks at the first step of each
 // operation so that disagreeing ranks all fail with the same clear error instead of exchanging garbage.
+//
+// The symmetric fields are not compared: they say where this rank's buffer sits in its symmetric heap (the
+// zero-copy engine, shm/symmetric/). Ranks run the zero-copy algorithm only when every rank's buffer is symmetric;
+// when some are and some are not, every rank sees that in the first round and all restart the operation on the
+// copying algorithm (ShmComm::runOp).
 struct OpDesc {
   uint64_t seq;         // per-group operation sequence number
   uint64_t count;       // agreed element or byte count (0 where ranks may legitimately differ)
   uint64_t factorBits;  // PREMUL_SUM factor, as the bits of a double
+  uint64_t symOffset;   // byte offset of this rank's buffer in heap chunk symChunk (symmetric only)
+  uint32_t symChunk;    // index of that chunk in this rank's HeapTable (symmetric only)
   uint32_t opcode;      // tunedist::shm::OpCode
   int32_t root;         // root rank, or -1
   uint8_t dtype;        // tunedist::shm::DType
   uint8_t redop;        // tunedist::shm::RedOp
   uint8_t valid;        // 1 once written for this operation
-  uint8_t reserved[5];
+  uint8_t symmetric;    // 1: this rank runs the zero-copy algorithm on the buffer at (symChunk, symOffset)
 };
-static_assert(sizeof(OpDesc) == 40, "OpDesc layout changed: bump kProtocolVersion");
+static_assert(sizeof(OpDesc) == 48, "OpDesc layout changed: bump kProtocolVersion");
 
 struct alignas(kCacheLine) SegmentHeader {
   uint64_t magic;
@@ -82,18 +91,42 @@ static_assert(offsetof(RankCtl, heartbeat) == kCacheLine, "heartbeat must sit on
 static_assert(sizeof(LifeLock) <= kCacheLine, "the life lock must fit one cache line");
 static_assert(sizeof(RankCtl) == 5 * kCacheLine, "RankCtl layout changed: bump kProtocolVersion, update doctor");
 
+// A rank's symmetric heap (shm/heap.h) as its peers see it: one entry per chunk, each its own shared-memory
+// segment. The owner fills entry i and then publishes `chunks` = i + 1 (release); a peer maps a chunk when it
+// first needs it, adds one to its `mappedBy`, and the peer that brings it to worldSize - 1 unlinks the name, so a
+// chunk's name lives only from its creation to the first operation all peers run on it.
+constexpr int kMaxHeapChunks = 32;
+constexpr size_t kHeapNameBytes = 112;
+
+struct alignas(kCacheLine) HeapChunkEntry {
+  uint64_t bytes;
+  std::atomic<uint32_t> mappedBy;  // peers that have mapped this chunk (bumped by the peers)
+  uint32_t reserved;
+  char name[kHeapNameBytes];  // NUL-terminated POSIX shared-memory name
+};
+static_assert(sizeof(HeapChunkEntry) == 2 * kCacheLine, "HeapChunkEntry layout changed: bump kProtocolVersion");
+
+struct alignas(kCacheLine) HeapTable {
+  std::atomic<uint32_t> chunks;  // entries published so far (release by the owner)
+  alignas(kCacheLine) HeapChunkEntry entry[kMaxHeapChunks];
+};
+static_assert(sizeof(HeapTable) == kCacheLine + kMaxHeapChunks * sizeof(HeapChunkEntry),
+              "HeapTable layout changed: bump kProtocolVersion, update doctor");
+
 inline size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 // Offsets of each region for a group of `worldSize` ranks with `slotBytes` slots.
 struct SegmentGeometry {
   size_t ctlOffset;
+  size_t heapOffset;
   size_t dataOffset;
   size_t totalBytes;
   size_t slotBytes;
 
   SegmentGeometry(int worldSize, size_t slot)
       : ctlOffset(kPage),
-        dataOffset(roundUp(kPage + sizeof(RankCtl) * size_t(worldSize), kPage)),
+        heapOffset(kPage + sizeof(RankCtl) * size_t(worldSize)),
+        dataOffset(roundUp(heapOffset + sizeof(HeapTable) * size_t(worldSize), kPage)),
         totalBytes(dataOffset + size_t(worldSize) * kNumBuffers * slot),
         slotBytes(slot) {}
   size_t slotOffset(int rank, int buffer) const {

@@ -15,7 +15,13 @@ namespace tunedist::shm {
 void ShmComm::reduceScatter(const OpContext& ctx, const void* const* ins, void* out, size_t count,
                             const ReduceArgs& args) {
   checkReduceSupported(args.dtype, args.op);
-  runOp(ctx, makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor), [&] {
+  runOp(ctx, makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor),
+        [&] { reduceScatterBody(ctx, ins, out, count, args); });
+}
+
+void ShmComm::reduceScatterBody(const OpContext& ctx, const void* const* ins, void* out, size_t count,
+                                const ReduceArgs& args) {
+  {
     const size_t es = dtypeSize(args.dtype);
     const size_t partBytes = slotPartBytes();
     const size_t part = partBytes / es;
@@ -41,7 +47,7 @@ void ShmComm::reduceScatter(const OpContext& ctx, const void* const* ins, void* 
         break;
       }
     }
-  });
+  }
 }
 
 }  // namespace tunedist::shm

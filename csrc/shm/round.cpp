@@ -180,6 +180,12 @@ void ShmComm::acquireBuffer(const OpContext& ctx, int buffer) {
   }
 }
 
+void ShmComm::syncRound(const OpContext& ctx) {
+  int b = beginRound(ctx);
+  waitAll(ctx, publish(ctx));
+  releaseBuffer(b);
+}
+
 void ShmComm::releaseBuffer(int buffer) {
   // Each rank reads a round's slots before it publishes again, so step_ + 1 marks everybody done with `buffer`.
   releaseStep_[buffer] = step_ + 1;
@@ -208,6 +214,15 @@ void ShmComm::checkDescs(const OpContext& ctx, int buffer) {
     same = sameDesc(ctl(p).desc[buffer], mine);
   }
   if (same) {
+    int symmetric = 0;
+    for (int p = 0; p < size_; ++p) {
+      symmetric += ctl(p).desc[buffer].symmetric;
+    }
+    if (symmetric != 0 && symmetric != size_) {
+      // Some ranks run the zero-copy algorithm and some the copying one: every rank sees the same descriptors, so
+      // every rank restarts the operation on the copying path (runOp).
+      throw RestartOnCopyPath{};
+    }
     return;
   }
   std::ostringstream os;

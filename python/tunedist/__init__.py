@@ -18,9 +18,10 @@ import torch
 import torch.distributed as dist
 
 from ._paths import cmake_prefix_path, include_dir
+from .symmetric import is_symmetric, symmetric_empty, symmetric_heap_stats
 
 __all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level", "nccl_compiled_in",
-           "flight_recorder_enabled"]
+           "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats"]
 
 BACKEND_NAME = "tuned"
 _log = logging.getLogger("tunedist")

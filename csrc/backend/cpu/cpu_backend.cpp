@@ -18,6 +18,8 @@ CpuBackend::CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   TORCH_CHECK(store_, "tunedist: TunedBackend on rank ", rank, " needs a store");
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for a group of ", size);
   rendezvous_ = std::make_shared<StoreRendezvous>(store_);
+  heap_ = std::make_shared<shm::SymmetricHeap>(shm::HeapOptions::from(options_.shm),
+                                               c10::str("rank ", rank, " of ", size));
   // One store write, no waiting: the engines are made at the first operation, once every rank's key is in.
   discovery_ = std::make_unique<shm::HostDiscovery>(rendezvous_, rank, size, options_.shm);
   discovery_->publish(shm::HostKey{shm::hostLabelFromEnv(), shm::shareableMemoryFingerprint(options_.shm.shmDir)});

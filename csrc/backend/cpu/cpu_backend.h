@@ -26,6 +26,7 @@
 #include "backend/engine/host_collectives.h"
 #include "backend/executor.h"
 #include "core/options.h"
+#include "shm/heap.h"
 #include "topology/host_topology.h"
 #include "tunedist/tunedist.h"
 
@@ -123,6 +124,15 @@ class CpuBackend : public c10d::Backend {
   // After shutdown() or abort().
   bool isShutDown();
 
+  // Symmetric buffers (symmetric.cpp): a CPU tensor of `size` elements from this rank's symmetric heap, whose
+  // collectives run zero-copy when every rank's buffer is one (FSDP2's set_allocate_memory_from_process_group_for_comm,
+  // tunedist.symmetric_empty). The heap outlives the group while such tensors live.
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override { return deviceIdx < 0; }
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
+  // Whether `t`'s bytes lie in this rank's symmetric heap.
+  bool isSymmetric(const at::Tensor& t) const;
+  shm::HeapStats heapStats() const { return heap_->stats(); }
+
   // Bytes of shared memory this group reserves at its first collective (on one host; per host when it spans
   // several, once the group has run an operation).
   size_t reservedShmBytes() const;
@@ -178,6 +188,7 @@ class CpuBackend : public c10d::Backend {
   std::string verifyError_;
   std::string pendingAbort_;  // an abort() before the engines existed, under topoMutex_
   std::unique_ptr<HostCollectives> engine_;
+  std::shared_ptr<shm::SymmetricHeap> heap_;
   std::shared_ptr<CrossHost> cross_;  // a group that spans several hosts only
   std::unique_ptr<shm::P2pEngine> p2p_;
   std::unique_ptr<hier::CrossHostP2p> crossP2p_;  // under topoMutex_

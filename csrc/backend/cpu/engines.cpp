@@ -5,7 +5,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/engine/hier/hier_host.h"
 #include "backend/engine/hier/p2p.h"
-#include "backend/engine/one_host.h"
+#include "backend/engine/symmetric_host.h"
 #include "backend/store_rendezvous.h"
 #include "core/store_keys.h"
 #include "shm/layout.h"
@@ -32,12 +32,14 @@ const shm::HostLayout& CpuBackend::hostLayout(std::chrono::steady_clock::time_po
   return *layout_;
 }
 
-// The one place that chooses the engine: OneHost when every rank shares this host, HierHost otherwise.
+// The one place that chooses the engine: SymmetricHost (zero-copy on symmetric buffers, OneHost's copying
+// algorithms otherwise) when every rank shares this host, HierHost otherwise.
 void CpuBackend::makeEngines(const shm::HostLayout& layout) {
   const Options options = this->options();
   if (layout.oneHost()) {
     // Every rank, the group's own store keys.
-    engine_ = std::make_unique<OneHost>(std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options.shm));
+    engine_ = std::make_unique<SymmetricHost>(
+        std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options.shm, heap_));
     p2p_ = std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options.shm);
     return;
   }

@@ -3,7 +3,8 @@
 A `tuned` group reserves one segment per host at construction and fills every page of it up front
 (csrc/shm/comm.cpp, layout.h: SegmentGeometry)::
 
-    [header: 1 page] [P control blocks of RANK_CTL_BYTES, rounded up to a page] [P ranks x 2 buffers x slot]
+    [header: 1 page] [P control blocks of RANK_CTL_BYTES] [P heap tables of HEAP_TABLE_BYTES, together rounded
+    up to a page] [P ranks x 2 buffers x slot]
 
 with the slot size from ``TUNEDIST_SLOT_BYTES`` (default 1 MiB, csrc/shm/options.h). The constants below mirror the
 C++ layout; tests/python/test_doctor.py compares :func:`group_shm_bytes` with the bytes a real group reports
@@ -21,7 +22,8 @@ from ..nccl_env import Finding
 
 PAGE_BYTES = 4096  # layout.h kPage
 NUM_BUFFERS = 2  # layout.h kNumBuffers: each rank's slots are double-buffered
-RANK_CTL_BYTES = 320  # sizeof(layout.h RankCtl): step, heartbeat, life lock, two 40-byte OpDescs in two lines
+RANK_CTL_BYTES = 320  # sizeof(layout.h RankCtl): step, heartbeat, life lock, two 48-byte OpDescs in two lines
+HEAP_TABLE_BYTES = 64 + 32 * 128  # sizeof(layout.h HeapTable): a count, then 32 chunk entries of two lines
 DEFAULT_SLOT_BYTES = 1 << 20  # options.h ShmOptions::kDefaultSlotBytes
 MAX_SLOT_BYTES = 1 << 30  # options.cpp ShmOptions::validate
 P2P_CHANNEL_BYTES = 256 << 10  # options.h ShmOptions::kDefaultP2pChannelBytes
@@ -57,7 +59,7 @@ def group_shm_bytes(ranks_on_host: int, slot_bytes: int | None = None) -> int:
     if ranks_on_host < 1:
         raise ValueError(f"group_shm_bytes: ranks_on_host must be >= 1, got {ranks_on_host}")
     slot = slot_bytes_from_env() if slot_bytes is None else slot_bytes
-    control = _round_up(PAGE_BYTES + RANK_CTL_BYTES * ranks_on_host, PAGE_BYTES)
+    control = _round_up(PAGE_BYTES + (RANK_CTL_BYTES + HEAP_TABLE_BYTES) * ranks_on_host, PAGE_BYTES)
     return control + ranks_on_host * NUM_BUFFERS * slot
 
 

@@ -1,0 +1,55 @@
+// SymmetricHost: the HostCollectives of a one-host group whose ranks may allocate from a symmetric heap
+// (shm/heap.h; Backend::allocateTensor, tunedist.symmetric_empty). A collective whose buffer lies in this rank's
+// heap, large enough to gain (ShmOptions::symmetricMinBytes), runs the zero-copy algorithm (shm/symmetric/), which
+// reads and writes peers' buffers directly; every other call is the copying engine's (OneHost). Ranks need not
+// decide alike: the first round agrees, and when some buffers are symmetric and some not, every rank runs the
+// copying algorithm (ShmComm::runOp).
+#pragma once
+
+#include <memory>
+
+#include "backend/engine/one_host.h"
+#include "shm/heap.h"
+
+namespace tunedist {
+
+class SymmetricHost final : public HostCollectives {
+ public:
+  explicit SymmetricHost(std::unique_ptr<shm::ShmComm> comm);
+
+  void allreduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args) override;
+  void broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) override;
+  void reduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args, int root) override {
+    copying_.reduce(ctx, t, args, root);
+  }
+  void allgather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) override;
+  void gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
+              int root) override {
+    copying_.gather(ctx, in, blocks, root);
+  }
+  void scatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+               int root) override {
+    copying_.scatter(ctx, blocks, out, root);
+  }
+  void reduceScatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+                     const shm::ReduceArgs& args) override;
+  void alltoallv(const shm::OpContext& ctx, const std::vector<const void*>& sends, const std::vector<size_t>& sendBytes,
+                 const std::vector<void*>& recvs, const std::vector<size_t>& recvBytes) override {
+    copying_.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
+  }
+  void barrier(const shm::OpContext& ctx) override { copying_.barrier(ctx); }
+
+  void abort(const std::string& reason) override { copying_.abort(reason); }
+  size_t reservedShmBytes() const override { return copying_.reservedShmBytes(); }
+
+ private:
+  // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation is large enough to gain.
+  bool symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) const;
+  // Whether blocks[p] are consecutive contiguous pieces of one buffer that starts at blocks[0], each `bytes` long.
+  static bool consecutive(const std::vector<at::Tensor>& blocks, size_t bytes);
+
+  shm::ShmComm* comm_;
+  OneHost copying_;
+};
+
+}  // namespace tunedist

@@ -1,0 +1,124 @@
+// The symmetric heaps as the group sees them: our chunks listed in our HeapTable, peers' chunks mapped on demand,
+// and every chunk's name removed as soon as nobody needs it (layout.h HeapTable, heap.h).
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "shm/comm.h"
+
+namespace tunedist::shm {
+
+// 1. List our chunks created since the last call (entry first, then the count, release), so a peer that sees our
+//    next publish can map any chunk our descriptor names.
+// 2. Map the chunks peers have listed and we have not mapped yet: the sooner every peer has mapped a chunk, the
+//    sooner its name is gone (mapPeerChunk).
+void ShmComm::syncHeaps(const OpContext& ctx) {
+  TD_ASSERT(heap_ != nullptr, "a zero-copy collective on a communicator without a symmetric heap");
+  HeapTable& mine = heapTable(rank_);
+  const size_t have = heap_->chunkCount();
+  TD_ASSERT(have <= size_t(kMaxHeapChunks));
+  for (size_t i = heapPublished_; i < have; ++i) {
+    HeapChunkEntry& e = mine.entry[i];
+    const std::string name = heap_->chunkName(i);
+    e.bytes = heap_->chunkBytes(i);
+    e.mappedBy.store(0, std::memory_order_relaxed);
+    std::memset(e.name, 0, kHeapNameBytes);
+    std::memcpy(e.name, name.c_str(), name.size());
+  }
+  if (have > heapPublished_) {
+    heapPublished_ = uint32_t(have);
+    mine.chunks.store(heapPublished_, std::memory_order_release);
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) {
+      continue;
+    }
+    const uint32_t listed = heapTable(p).chunks.load(std::memory_order_acquire);
+    for (uint32_t c = uint32_t(peerChunks_[size_t(p)].size()); c < listed && c < uint32_t(kMaxHeapChunks); ++c) {
+      mapPeerChunk(ctx, p, c);
+    }
+  }
+}
+
+char* ShmComm::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
+  auto& mapped = peerChunks_[size_t(p)];
+  if (chunk < mapped.size()) {
+    return static_cast<char*>(mapped[chunk].data());
+  }
+  HeapTable& table = heapTable(p);
+  const uint32_t listed = table.chunks.load(std::memory_order_acquire);
+  if (chunk >= listed || chunk >= uint32_t(kMaxHeapChunks)) {
+    fail(ctx, detail::str("rank ", p, " named chunk ", chunk, " of its symmetric heap, which lists ", listed,
+                          " chunks (a tunedist bug: report it)"),
+         false, false);
+  }
+  // Chunks are mapped in index order so `mapped[c]` is chunk c.
+  while (mapped.size() <= chunk) {
+    const uint32_t c = uint32_t(mapped.size());
+    HeapChunkEntry& e = table.entry[c];
+    const std::string name(e.name, strnlen(e.name, kHeapNameBytes));
+    bool notFound = false;
+    ShmSegment seg;
+    try {
+      seg = ShmSegment::open(name, size_t(e.bytes), &notFound);
+    } catch (const std::exception& ex) {
+      fail(ctx, detail::str("cannot map chunk ", c, " of rank ", p, "'s symmetric heap: ", ex.what()), false, false);
+    }
+    if (!seg.valid()) {
+      fail(ctx, detail::str("chunk ", c, " of rank ", p, "'s symmetric heap (", name,
+                            ") no longer exists: its name was removed before this rank mapped it (by a start-up "
+                            "sweep of another job, or by hand). Allocate symmetric tensors after init_process_group "
+                            "and keep /dev/shm to this job"),
+           false, false);
+    }
+    // The peer that completes the set removes the name: from now on nothing can leak it.
+    if (e.mappedBy.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(size_ - 1)) {
+      seg.unlink();
+    }
+    seg.keepName();
+    mapped.push_back(std::move(seg));
+  }
+  return static_cast<char*>(mapped[chunk].data());
+}
+
+char* ShmComm::peerBuffer(const OpContext& ctx, int p, size_t bytes) {
+  const OpDesc& d = ctl(p).desc[descBuffer_];
+  char* base = mapPeerChunk(ctx, p, d.symChunk);
+  const size_t chunkBytes = peerChunks_[size_t(p)][d.symChunk].size();
+  if (d.symOffset > chunkBytes || bytes > chunkBytes - d.symOffset) {
+    fail(ctx, detail::str("rank ", p, "'s symmetric buffer (chunk ", d.symChunk, ", offset ", d.symOffset, ", ",
+                          bytes, " bytes) lies outside its ", chunkBytes, "-byte chunk (a tunedist bug: report it)"),
+         false, false);
+  }
+  return base + d.symOffset;
+}
+
+void ShmComm::unlinkHeapNames() noexcept {
+  if (heap_ != nullptr) {
+    for (size_t i = 0; i < heap_->chunkCount(); ++i) {
+      heap_->unlinkChunk(i);
+    }
+  }
+  SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
+  if (header == nullptr) {
+    return;
+  }
+  const std::string prefix = "/" + ShmSegment::userPrefix();
+  for (int p = 0; p < size_; ++p) {
+    HeapTable& table = reinterpret_cast<HeapTable*>(reinterpret_cast<char*>(header) + geometry_.heapOffset)[p];
+    const uint32_t listed = std::min(table.chunks.load(std::memory_order_acquire), uint32_t(kMaxHeapChunks));
+    for (uint32_t c = 0; c < listed; ++c) {
+      HeapChunkEntry& e = table.entry[c];
+      if (e.mappedBy.load(std::memory_order_acquire) + 1 >= uint32_t(size_)) {
+        continue;  // every peer mapped it: already unlinked
+      }
+      const std::string name(e.name, strnlen(e.name, kHeapNameBytes));
+      if (name.rfind(prefix, 0) == 0) {
+        shm_unlink(name.c_str());  // ENOENT: somebody was first
+      }
+    }
+  }
+}
+
+}  // namespace tunedist::shm

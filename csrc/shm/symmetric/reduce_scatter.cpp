@@ -1,0 +1,51 @@
+// reduce_scatter from a symmetric input: every rank reduces its block reading the peers' inputs in place.
+#include "core/error.h"
+#include "shm/comm.h"
+
+namespace tunedist::shm {
+
+//   1. publish (our input is ready); wait for all; the descriptors agree that every input is symmetric;
+//   2. reduce block `rank` of every rank's input, in rank order 0..P-1, into our output (which may be our own
+//      block `rank`: no peer reads that block);
+//   3. publish (we have read every peer's input); wait for all, so no rank returns while a peer still reads its
+//      input.
+void ShmComm::reduceScatterSymmetric(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
+                                     const ReduceArgs& args) {
+  checkReduceSupported(args.dtype, args.op);
+  OpDesc desc = makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor);
+  desc.symmetric = size_ > 1 ? 1 : 0;
+  desc.symChunk = inRef.chunk;
+  desc.symOffset = inRef.offset;
+  const size_t blockBytes = count * dtypeSize(args.dtype);
+  const char* blocks = static_cast<const char*>(in);
+  auto copyPath = [&] {
+    RankPtrs ins(size_);
+    for (int p = 0; p < size_; ++p) {
+      ins[p] = blocks + size_t(p) * blockBytes;
+    }
+    reduceScatterBody(ctx, ins.data(), out, count, args);
+  };
+  runOp(
+      ctx, desc,
+      [&] {
+        if (size_ == 1) {
+          copyPath();
+          return;
+        }
+        syncHeaps(ctx);
+        // Step 1/2: our input is complete; every peer may read its block of it.
+        syncRound(ctx);
+        RankPtrs srcs(size_);
+        for (int p = 0; p < size_; ++p) {
+          const char* base = p == rank_ ? blocks : peerBuffer(ctx, p, size_t(size_) * blockBytes);
+          srcs[p] = base + size_t(rank_) * blockBytes;
+        }
+        tunedist::shm::reduce(args, out, srcs.data(), size_, count);
+        // Step 2/2: we have read every peer's input; each may return and reuse it.
+        syncRound(ctx);
+        heap_->countZeroCopy();
+      },
+      copyPath);
+}
+
+}  // namespace tunedist::shm
