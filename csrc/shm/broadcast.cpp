@@ -19,24 +19,22 @@ void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root)
 }
 
 void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root) {
-  {
-    char* data = static_cast<char*>(buf);
-    const size_t chunk = options_.slotBytes;
-    for (size_t off = 0; off < bytes || off == 0; off += chunk) {
-      const size_t n = std::min(chunk, bytes - off);
-      int b = beginRound(ctx);
-      if (rank_ == root) {
-        copyBytesCached(slot(root, b), data + off, n);
-      }
-      // Step 1/1: the root's slot holds bytes [off, off+n).
-      waitAll(ctx, publish(ctx));
-      if (rank_ != root) {
-        copyBytes(data + off, slot(root, b), n);
-      }
-      releaseBuffer(b);
-      if (bytes == 0) {
-        break;
-      }
+  char* data = static_cast<char*>(buf);
+  const size_t chunk = options_.slotBytes;
+  for (size_t off = 0; off < bytes || off == 0; off += chunk) {
+    const size_t n = std::min(chunk, bytes - off);
+    int b = beginRound(ctx);
+    if (rank_ == root) {
+      copyBytesCached(slot(root, b), data + off, n);
+    }
+    // Step 1/1: the root's slot holds bytes [off, off+n).
+    waitAll(ctx, publish(ctx));
+    if (rank_ != root) {
+      copyBytes(data + off, slot(root, b), n);
+    }
+    releaseBuffer(b);
+    if (bytes == 0) {
+      break;
     }
   }
 }

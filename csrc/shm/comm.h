@@ -187,8 +187,7 @@ class ShmComm {
   void allreduceCopy(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
   void gatherBody(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
   void broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root);
-  void reduceScatterBody(const OpContext& ctx, const void* const* ins, void* out, size_t count,
-                         const ReduceArgs& args);
+  void reduceScatterBody(const OpContext& ctx, const void* const* ins, void* out, size_t count, const ReduceArgs& args);
 
   // The symmetric heap as the group sees it (symmetric/peers.cpp).
   // Writes our chunks that are not yet in our HeapTable into it, and maps the chunks peers have published since

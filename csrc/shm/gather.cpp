@@ -22,33 +22,31 @@ void ShmComm::gatherTo(const OpContext& ctx, const void* in, size_t bytes, void*
 
 void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
   const bool all = root < 0;
-  {
-    const bool receive = all || rank_ == root;
-    const char* src = static_cast<const char*>(in);
-    const size_t chunk = options_.slotBytes;
-    for (size_t off = 0; off < bytes || off == 0; off += chunk) {
-      const size_t n = std::min(chunk, bytes - off);
-      int b = beginRound(ctx);
-      if (all || rank_ != root) {
-        copyBytesCached(slot(rank_, b), src + off, n);
-      }
-      // Step 1/1: our slot holds bytes [off, off+n) of our input.
-      waitAll(ctx, publish(ctx));
-      if (receive) {
-        for (int p = 0; p < size_; ++p) {
-          if (p != rank_) {
-            copyBytes(static_cast<char*>(outs[p]) + off, slot(p, b), n);
-          }
+  const bool receive = all || rank_ == root;
+  const char* src = static_cast<const char*>(in);
+  const size_t chunk = options_.slotBytes;
+  for (size_t off = 0; off < bytes || off == 0; off += chunk) {
+    const size_t n = std::min(chunk, bytes - off);
+    int b = beginRound(ctx);
+    if (all || rank_ != root) {
+      copyBytesCached(slot(rank_, b), src + off, n);
+    }
+    // Step 1/1: our slot holds bytes [off, off+n) of our input.
+    waitAll(ctx, publish(ctx));
+    if (receive) {
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_) {
+          copyBytes(static_cast<char*>(outs[p]) + off, slot(p, b), n);
         }
       }
-      releaseBuffer(b);
-      if (bytes == 0) {
-        break;
-      }
     }
-    if (receive) {
-      copyOwn(outs[rank_], in, bytes);
+    releaseBuffer(b);
+    if (bytes == 0) {
+      break;
     }
+  }
+  if (receive) {
+    copyOwn(outs[rank_], in, bytes);
   }
 }
 

@@ -15,8 +15,7 @@ void HeapOptions::validate() const {
            " bytes) must be at least one chunk (TUNEDIST_SYMMETRIC_CHUNK_BYTES, ", chunkBytes, " bytes)");
 }
 
-SymmetricHeap::SymmetricHeap(HeapOptions options, std::string owner)
-    : options_(options), owner_(std::move(owner)) {
+SymmetricHeap::SymmetricHeap(HeapOptions options, std::string owner) : options_(options), owner_(std::move(owner)) {
   options_.validate();
 }
 
@@ -51,27 +50,27 @@ void* SymmetricHeap::allocate(size_t request) {
   }
   if (p == nullptr) {
     const size_t chunkBytes = std::max(options_.chunkBytes, roundUp(bytes, kPage));
-    TD_CHECK(chunks_.size() < size_t(kMaxHeapChunks),
-             "tunedist: symmetric allocation of ", request, " bytes on ", owner_, ": the heap already has ",
-             kMaxHeapChunks, " chunks (", stats_.reservedBytes, " bytes, ", stats_.inUseBytes,
+    TD_CHECK(chunks_.size() < size_t(kMaxHeapChunks), "tunedist: symmetric allocation of ", request, " bytes on ",
+             owner_, ": the heap already has ", kMaxHeapChunks, " chunks (", stats_.reservedBytes, " bytes, ",
+             stats_.inUseBytes,
              " in use). Fix: free symmetric tensors you no longer need, or raise TUNEDIST_SYMMETRIC_CHUNK_BYTES so "
              "fewer, larger chunks hold them");
-    TD_CHECK(stats_.reservedBytes + chunkBytes <= options_.maxBytes,
-             "tunedist: symmetric allocation of ", request, " bytes on ", owner_, " would take the heap to ",
-             stats_.reservedBytes + chunkBytes, " bytes, above its bound of ", options_.maxBytes, " (",
-             stats_.inUseBytes, " bytes in use). Fix: free symmetric tensors you no longer need, or raise "
+    TD_CHECK(stats_.reservedBytes + chunkBytes <= options_.maxBytes, "tunedist: symmetric allocation of ", request,
+             " bytes on ", owner_, " would take the heap to ", stats_.reservedBytes + chunkBytes,
+             " bytes, above its bound of ", options_.maxBytes, " (", stats_.inUseBytes,
+             " bytes in use). Fix: free symmetric tensors you no longer need, or raise "
              "TUNEDIST_SYMMETRIC_HEAP_BYTES (and give /dev/shm room for it)");
     auto chunk = std::make_unique<Chunk>();
     try {
       chunk->segment = ShmSegment::create("heap", chunkBytes, options_.shmDir);
     } catch (const std::exception& e) {
-      TD_CHECK(false, "tunedist: symmetric allocation of ", request, " bytes on ", owner_, " needs a new ",
-               chunkBytes, "-byte chunk of shared memory: ", e.what(),
+      TD_CHECK(false, "tunedist: symmetric allocation of ", request, " bytes on ", owner_, " needs a new ", chunkBytes,
+               "-byte chunk of shared memory: ", e.what(),
                ". For the symmetric heap also: free symmetric tensors you no longer need, or lower "
                "TUNEDIST_SYMMETRIC_CHUNK_BYTES");
     }
-    TD_CHECK(chunk->segment.name().size() < kHeapNameBytes, "tunedist: shared-memory name too long: ",
-             chunk->segment.name());
+    TD_CHECK(chunk->segment.name().size() < kHeapNameBytes,
+             "tunedist: shared-memory name too long: ", chunk->segment.name());
     chunk->freeBlocks.emplace(0, chunkBytes);
     const size_t ci = chunks_.size();
     chunks_.push_back(std::move(chunk));

@@ -37,7 +37,9 @@ struct HeapOptions {
   size_t maxBytes = ShmOptions::kDefaultSymmetricHeapBytes;
   const char* shmDir = "/dev/shm";
 
-  static HeapOptions from(const ShmOptions& o) { return HeapOptions{o.symmetricChunkBytes, o.symmetricHeapBytes, o.shmDir}; }
+  static HeapOptions from(const ShmOptions& o) {
+    return HeapOptions{o.symmetricChunkBytes, o.symmetricHeapBytes, o.shmDir};
+  }
   // Throws tunedist::Error naming the variable when a value is out of range.
   void validate() const;
 };

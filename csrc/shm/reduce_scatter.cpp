@@ -21,31 +21,29 @@ void ShmComm::reduceScatter(const OpContext& ctx, const void* const* ins, void* 
 
 void ShmComm::reduceScatterBody(const OpContext& ctx, const void* const* ins, void* out, size_t count,
                                 const ReduceArgs& args) {
-  {
-    const size_t es = dtypeSize(args.dtype);
-    const size_t partBytes = slotPartBytes();
-    const size_t part = partBytes / es;
-    TD_CHECK(part > 0, "tunedist: reduce_scatter: slot too small for ", size_, " ranks");
-    std::vector<const void*> srcs(static_cast<size_t>(size_));
-    for (size_t off = 0; off < count || off == 0; off += part) {
-      const size_t n = std::min(part, count - off);
-      int b = beginRound(ctx);
-      for (int q = 0; q < size_; ++q) {
-        if (q != rank_) {
-          copyBytesCached(slot(rank_, b) + size_t(q) * partBytes, static_cast<const char*>(ins[q]) + off * es, n * es);
-        }
+  const size_t es = dtypeSize(args.dtype);
+  const size_t partBytes = slotPartBytes();
+  const size_t part = partBytes / es;
+  TD_CHECK(part > 0, "tunedist: reduce_scatter: slot too small for ", size_, " ranks");
+  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  for (size_t off = 0; off < count || off == 0; off += part) {
+    const size_t n = std::min(part, count - off);
+    int b = beginRound(ctx);
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) {
+        copyBytesCached(slot(rank_, b) + size_t(q) * partBytes, static_cast<const char*>(ins[q]) + off * es, n * es);
       }
-      // Step 1/1: part q of our slot holds elements [off, off+n) of our block q.
-      waitAll(ctx, publish(ctx));
-      for (int p = 0; p < size_; ++p) {
-        srcs[size_t(p)] = p == rank_ ? static_cast<const void*>(static_cast<const char*>(ins[p]) + off * es)
-                                     : static_cast<const void*>(slot(p, b) + size_t(rank_) * partBytes);
-      }
-      tunedist::shm::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), size_, n);
-      releaseBuffer(b);
-      if (count == 0) {
-        break;
-      }
+    }
+    // Step 1/1: part q of our slot holds elements [off, off+n) of our block q.
+    waitAll(ctx, publish(ctx));
+    for (int p = 0; p < size_; ++p) {
+      srcs[size_t(p)] = p == rank_ ? static_cast<const void*>(static_cast<const char*>(ins[p]) + off * es)
+                                   : static_cast<const void*>(slot(p, b) + size_t(rank_) * partBytes);
+    }
+    tunedist::shm::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), size_, n);
+    releaseBuffer(b);
+    if (count == 0) {
+      break;
     }
   }
 }

@@ -117,8 +117,10 @@ class MemRendezvous final : public Rendezvous {
 // One rank's communicator and its operation counter: each op() is the next sequence number with a deadline.
 class Peer {
  public:
-  Peer(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
-      : comm(std::move(rendezvous), rank, size, options) {}
+  // `heap` (may be null): the rank's symmetric heap, for the zero-copy collectives.
+  Peer(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options,
+       std::shared_ptr<shm::SymmetricHeap> heap = nullptr)
+      : comm(std::move(rendezvous), rank, size, options, std::move(heap)) {}
 
   OpContext op(const char* name, Ms timeout = kOpTimeout) { return OpContext{name, seq_++, Clock::now() + timeout}; }
   int rank() const { return comm.rank(); }

@@ -38,8 +38,8 @@ void CpuBackend::makeEngines(const shm::HostLayout& layout) {
   const Options options = this->options();
   if (layout.oneHost()) {
     // Every rank, the group's own store keys.
-    engine_ = std::make_unique<SymmetricHost>(
-        std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options.shm, heap_));
+    engine_ = std::make_unique<SymmetricHost>(std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options.shm,
+                                                                             heap_));
     p2p_ = std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options.shm);
     return;
   }

@@ -15,7 +15,8 @@ bool SymmetricHost::symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) 
 bool SymmetricHost::consecutive(const std::vector<at::Tensor>& blocks, size_t bytes) {
   const char* base = static_cast<const char*>(blocks.empty() ? nullptr : blocks[0].data_ptr());
   for (size_t p = 0; p < blocks.size(); ++p) {
-    if (!blocks[p].is_contiguous() || blocks[p].data_ptr() != base + p * bytes || ops::tensorBytes(blocks[p]) != bytes) {
+    if (!blocks[p].is_contiguous() || blocks[p].data_ptr() != base + p * bytes ||
+        ops::tensorBytes(blocks[p]) != bytes) {
       return false;
     }
   }

@@ -35,8 +35,7 @@ void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t by
         syncRound(ctx);
         for (int q = 0; q < size_; ++q) {
           if (q != rank_) {
-            copyBytes(blocks + size_t(q) * bytes, peerBuffer(ctx, q, size_t(size_) * bytes) + size_t(q) * bytes,
-                      bytes);
+            copyBytes(blocks + size_t(q) * bytes, peerBuffer(ctx, q, size_t(size_) * bytes) + size_t(q) * bytes, bytes);
           }
         }
         // Step 2/2: we have read every peer's output; each may return and reuse it.

@@ -51,8 +51,7 @@ void ShmComm::allreduceSymmetric(const OpContext& ctx, void* buf, HeapRef ref, s
         syncRound(ctx);
         for (int q = 0; q < size_; ++q) {
           if (q != rank_) {
-            copyBytes(bases[size_t(rank_)] + begin(q) * es, bases[size_t(q)] + begin(q) * es,
-                      (end(q) - begin(q)) * es);
+            copyBytes(bases[size_t(rank_)] + begin(q) * es, bases[size_t(q)] + begin(q) * es, (end(q) - begin(q)) * es);
           }
         }
         // Step 3/3: we have read every peer's buffer; each may return and reuse it.

@@ -49,8 +49,9 @@ char* ShmComm::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
   HeapTable& table = heapTable(p);
   const uint32_t listed = table.chunks.load(std::memory_order_acquire);
   if (chunk >= listed || chunk >= uint32_t(kMaxHeapChunks)) {
-    fail(ctx, detail::str("rank ", p, " named chunk ", chunk, " of its symmetric heap, which lists ", listed,
-                          " chunks (a tunedist bug: report it)"),
+    fail(ctx,
+         detail::str("rank ", p, " named chunk ", chunk, " of its symmetric heap, which lists ", listed,
+                     " chunks (a tunedist bug: report it)"),
          false, false);
   }
   // Chunks are mapped in index order so `mapped[c]` is chunk c.
@@ -66,10 +67,11 @@ char* ShmComm::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
       fail(ctx, detail::str("cannot map chunk ", c, " of rank ", p, "'s symmetric heap: ", ex.what()), false, false);
     }
     if (!seg.valid()) {
-      fail(ctx, detail::str("chunk ", c, " of rank ", p, "'s symmetric heap (", name,
-                            ") no longer exists: its name was removed before this rank mapped it (by a start-up "
-                            "sweep of another job, or by hand). Allocate symmetric tensors after init_process_group "
-                            "and keep /dev/shm to this job"),
+      fail(ctx,
+           detail::str("chunk ", c, " of rank ", p, "'s symmetric heap (", name,
+                       ") no longer exists: its name was removed before this rank mapped it (by a start-up "
+                       "sweep of another job, or by hand). Allocate symmetric tensors after init_process_group "
+                       "and keep /dev/shm to this job"),
            false, false);
     }
     // The peer that completes the set removes the name: from now on nothing can leak it.
@@ -87,8 +89,9 @@ char* ShmComm::peerBuffer(const OpContext& ctx, int p, size_t bytes) {
   char* base = mapPeerChunk(ctx, p, d.symChunk);
   const size_t chunkBytes = peerChunks_[size_t(p)][d.symChunk].size();
   if (d.symOffset > chunkBytes || bytes > chunkBytes - d.symOffset) {
-    fail(ctx, detail::str("rank ", p, "'s symmetric buffer (chunk ", d.symChunk, ", offset ", d.symOffset, ", ",
-                          bytes, " bytes) lies outside its ", chunkBytes, "-byte chunk (a tunedist bug: report it)"),
+    fail(ctx,
+         detail::str("rank ", p, "'s symmetric buffer (chunk ", d.symChunk, ", offset ", d.symOffset, ", ", bytes,
+                     " bytes) lies outside its ", chunkBytes, "-byte chunk (a tunedist bug: report it)"),
          false, false);
   }
   return base + d.symOffset;
