@@ -305,8 +305,12 @@ void ShmComm::abort(const std::string& reason, FailureKind kind) {
       // The store is gone (its host process exited); peers then fail on the store themselves.
     }
   }
-  // Nobody maps a heap chunk of a failed group again: drop the names now, in case this process is killed next.
+  // Nobody maps a heap chunk of a failed group again: drop the names now, in case this process is killed next, and
+  // those of peers that died before anybody mapped their chunks (the table may not even list them yet).
   unlinkHeapNames();
+  if (heap_ != nullptr) {
+    ShmSegment::sweepDeadOwners(options_.shmDir, "heap");
+  }
   if (header == nullptr) {
     return;
   }

@@ -62,7 +62,7 @@ void* SymmetricHeap::allocate(size_t request) {
              "TUNEDIST_SYMMETRIC_HEAP_BYTES (and give /dev/shm room for it)");
     auto chunk = std::make_unique<Chunk>();
     try {
-      chunk->segment = ShmSegment::create("heap", chunkBytes, options_.shmDir);
+      chunk->segment = ShmSegment::create(ShmSegment::tagWithPid("heap"), chunkBytes, options_.shmDir);
     } catch (const std::exception& e) {
       TD_CHECK(false, "tunedist: symmetric allocation of ", request, " bytes on ", owner_, " needs a new ", chunkBytes,
                "-byte chunk of shared memory: ", e.what(),
@@ -71,6 +71,9 @@ void* SymmetricHeap::allocate(size_t request) {
     }
     TD_CHECK(chunk->segment.name().size() < kHeapNameBytes,
              "tunedist: shared-memory name too long: ", chunk->segment.name());
+    if (private_) {
+      chunk->segment.unlink();
+    }
     chunk->freeBlocks.emplace(0, chunkBytes);
     const size_t ci = chunks_.size();
     chunks_.push_back(std::move(chunk));
@@ -154,6 +157,18 @@ void SymmetricHeap::unlinkChunk(size_t i) noexcept {
       chunks_[i]->segment.unlink();
     } catch (...) {
       // A failing unlink leaves a name the start-up sweep removes once nobody holds its flock.
+    }
+  }
+}
+
+void SymmetricHeap::makePrivate() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  private_ = true;
+  for (auto& c : chunks_) {
+    try {
+      c->segment.unlink();
+    } catch (...) {
+      // Left to the start-up sweep, as in unlinkChunk.
     }
   }
 }

@@ -86,6 +86,9 @@ class SymmetricHeap {
   char* chunkBase(size_t i) const;
   // Removes chunk i's name (peers have all mapped it, or the group ended); the mapping stays. Never throws.
   void unlinkChunk(size_t i) noexcept;
+  // No peer will map this heap's chunks (a group that spans hosts runs no zero-copy collective): removes every
+  // chunk's name now and each new chunk's as soon as it is made.
+  void makePrivate() noexcept;
 
   HeapStats stats() const;
   void countZeroCopy() { zeroCopyOps_.fetch_add(1, std::memory_order_relaxed); }
@@ -111,6 +114,7 @@ class SymmetricHeap {
   // Chunks are appended, never removed or moved while the heap lives: pointers into them stay valid.
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::atomic<size_t> chunkCount_{0};
+  bool private_ = false;
   std::map<uintptr_t, Block> live_;  // by address
   HeapStats stats_;
   std::atomic<uint64_t> zeroCopyOps_{0};

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -130,17 +131,22 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes, bool* notFoun
   return ShmSegment(name, fd, base, bytes, true);
 }
 
-int ShmSegment::sweepStale(const char* shmDir, std::chrono::seconds minAge) {
+namespace {
+
+// Removes each of this user's names in shmDir that removable(name without the user prefix) approves, that is at
+// least minAge old and that no process has mapped. Returns how many were removed.
+template <typename Keep>
+int sweep(const char* shmDir, std::chrono::seconds minAge, Keep&& removable) {
   DIR* dir = opendir(shmDir);
   if (dir == nullptr) {
     return 0;
   }
-  const std::string prefix = userPrefix();
+  const std::string prefix = ShmSegment::userPrefix();
   int removed = 0;
   time_t now = time(nullptr);
   while (struct dirent* ent = readdir(dir)) {
     std::string entry = ent->d_name;
-    if (entry.rfind(prefix, 0) != 0) {
+    if (entry.rfind(prefix, 0) != 0 || !removable(entry.substr(prefix.size()))) {
       continue;
     }
     std::string name = "/" + entry;
@@ -160,6 +166,28 @@ int ShmSegment::sweepStale(const char* shmDir, std::chrono::seconds minAge) {
   }
   closedir(dir);
   return removed;
+}
+
+}  // namespace
+
+int ShmSegment::sweepStale(const char* shmDir, std::chrono::seconds minAge) {
+  return sweep(shmDir, minAge, [](const std::string&) { return true; });
+}
+
+std::string ShmSegment::tagWithPid(const std::string& tag) { return detail::str(tag, "_", getpid()); }
+
+int ShmSegment::sweepDeadOwners(const char* shmDir, const std::string& tag) {
+  const std::string head = tag + "_";
+  return sweep(shmDir, std::chrono::seconds(0), [&](const std::string& rest) {
+    if (rest.rfind(head, 0) != 0) {
+      return false;
+    }
+    char* end = nullptr;
+    const long pid = std::strtol(rest.c_str() + head.size(), &end, 10);
+    // The creator holds its flock from the moment it exists, so an unheld name whose creator is gone here is an
+    // orphan; a live pid (ours, or reused) keeps the name to the age-based sweep.
+    return pid > 0 && end != nullptr && *end == '_' && kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+  });
 }
 
 ShmSegment::ShmSegment(std::string name, int fd, void* base, size_t bytes, bool linked)

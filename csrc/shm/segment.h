@@ -34,6 +34,12 @@ class ShmSegment {
   // Removes names of this user's segments in shmDir that no live process has mapped (no flock held) and that
   // are older than minAge. Returns how many were removed.
   static int sweepStale(const char* shmDir, std::chrono::seconds minAge);
+  // Removes names of this user's segments created with tagWithPid(tag) whose creating process no longer exists
+  // here (kill(pid, 0) fails with ESRCH) and that nobody has mapped (no flock held), whatever their age. A heap chunk
+  // of a rank killed before its peers mapped it is such a name. Returns how many were removed.
+  static int sweepDeadOwners(const char* shmDir, const std::string& tag);
+  // `tag` followed by this process's pid, for sweepDeadOwners.
+  static std::string tagWithPid(const std::string& tag);
 
   ShmSegment() = default;
   ShmSegment(ShmSegment&& other) noexcept;

@@ -71,7 +71,11 @@ void CpuBackend::abort() {
   shutdown();
 }
 
-void CpuBackend::shutdown() { executor_->shutdown(); }
+void CpuBackend::shutdown() {
+  executor_->shutdown();
+  // No peer maps this rank's heap chunks after the group ends, though tensors from them may live on: drop the names.
+  heap_->makePrivate();
+}
 
 bool CpuBackend::isShutDown() { return executor_->stopped(); }
 

@@ -43,6 +43,8 @@ void CpuBackend::makeEngines(const shm::HostLayout& layout) {
     p2p_ = std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options.shm);
     return;
   }
+  // Several hosts: collectives copy, so nobody maps this rank's heap chunks; their names can go now.
+  heap_->makePrivate();
   const int host = layout.hostOf[size_t(rank_)];
   const int local = layout.localRankOf[size_t(rank_)];
   const int localSize = int(layout.hosts[size_t(host)].size());

@@ -116,7 +116,7 @@ TEST_CASE("the heap reuses freed blocks, coalesces them and stays within its bou
     CHECK(reinterpret_cast<uintptr_t>(b) % HeapOptions::kAlignment == 0);
     REQUIRE(heap.locate(b, 3000, &ref));
     CHECK(ref.chunk == 0);
-    CHECK(ref.offset == 1024);  // 1000 rounded up to the 256-byte alignment
+    CHECK(ref.offset == 1024);                     // 1000 rounded up to the 256-byte alignment
     CHECK_FALSE(heap.locate(b, (1 << 20), &ref));  // runs past the chunk's end
 
     // Freed blocks come back without a new chunk; neighbours coalesce into one block big enough for both.
@@ -232,8 +232,8 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
     }
     const auto stats = heap.stats();
     if (stats.zeroCopyOps != expectedZeroCopy || stats.copyRestarts != 0) {
-      failCheck("rank ", r, ": ", stats.zeroCopyOps, " zero-copy ops and ", stats.copyRestarts,
-                " restarts; expected ", expectedZeroCopy, " and 0");
+      failCheck("rank ", r, ": ", stats.zeroCopyOps, " zero-copy ops and ", stats.copyRestarts, " restarts; expected ",
+                expectedZeroCopy, " and 0");
     }
     // Every peer mapped our chunk in the first zero-copy operation, which removed its name (the later operations'
     // rounds order that before this check).
