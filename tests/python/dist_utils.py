@@ -10,7 +10,8 @@ file (``torch.save``, so tensors are fine). The parent raises :class:`LaunchErro
 traceback, and kills all children when the overall ``timeout_s`` passes, so a hang never blocks the suite.
 
 Also here: ``make_input``/``reference``/``mismatch``, deterministic inputs and bit-exact reference reductions
-that the collective tests compute inside the ranks.
+that the collective tests compute inside the ranks; ``expect_error`` (a call must raise) and ``assert_no_new_shm``
+(a job left nothing in /dev/shm) for the fault tests.
 
 Children also see ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``, so an ``init=False``
 function can call ``dist.init_process_group(..., init_method="env://")`` itself.
@@ -90,13 +91,40 @@ def shm_entries() -> set[str]:
         return set()
 
 
+# A segment's name exists from its creation until every rank has attached, which for a job starting next to ours
+# (other suites on a loaded machine) can take seconds; a leak stays for good.
+SHM_SETTLE_S = 15.0
+
+
+def assert_no_new_shm(before: set[str]) -> None:
+    """Fails if a ``tunedist_`` name that was not in `before` stays in /dev/shm longer than SHM_SETTLE_S."""
+    leaked = shm_entries() - before
+    deadline = time.monotonic() + SHM_SETTLE_S
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.1)
+        leaked &= shm_entries()
+    assert not leaked, f"left in /dev/shm: {sorted(leaked)}"
+
+
+def expect_error(fn, *args, expected=dist.DistBackendError, **kwargs) -> tuple[str, float]:
+    """Calls fn; returns (message, seconds it took). Fails unless it raised `expected`: by default
+    torch.distributed.DistBackendError, the type gloo and NCCL raise for a failed collective (a RuntimeError)."""
+    t0 = time.monotonic()
+    try:
+        fn(*args, **kwargs)
+    except expected as exc:
+        return str(exc), time.monotonic() - t0
+    raise AssertionError(f"{getattr(fn, '__name__', fn)} returned instead of raising")
+
+
 def init_url(port: int) -> str:
     return f"tcp://127.0.0.1:{port}"
 
 
 @contextlib.contextmanager
-def _patched_environ(env: dict[str, str] | None):
-    """Children started with ``spawn`` inherit os.environ as it is at start(); set ``env`` just for that."""
+def patched_environ(env: dict[str, str | None] | None):
+    """os.environ with ``env`` applied (a value of None removes the variable) inside the block: children started
+    with ``spawn`` inherit os.environ as it is at start(), and tuned groups read their settings when created."""
     if not env:
         yield
         return
@@ -191,7 +219,7 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
                 p = ctx.Process(target=_worker, name=f"tunedist-rank{rank}",
                                 args=(rank, world_size, port, fn, args, backend, init, pg_timeout_s, result_dir,
                                       env))
-                with _patched_environ(child_env):
+                with patched_environ(child_env):
                     p.start()
                 procs.append(p)
             killed = _wait(procs, paths, timeout_s, failure_grace_s)

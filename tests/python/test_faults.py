@@ -20,38 +20,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dist_utils import RankFailure, launch, shm_entries
+from dist_utils import RankFailure, assert_no_new_shm, expect_error, launch, shm_entries
 from fault_workers import read_results, run_torchrun
 
 GROUP_TIMEOUT_S = 300.0
 # "Fast" below means: well before the group timeout, generously above what a loaded 2-core machine needs.
 FAST_S = 60.0
 LAUNCH_TIMEOUT_S = 150.0
-
-
-# A segment's name exists from its creation until every rank has attached, which for a job starting next to ours
-# (other suites on a loaded machine) can take seconds; a leak stays for good.
-SHM_SETTLE_S = 15.0
-
-
-def _assert_no_new_shm(before: set[str]) -> None:
-    leaked = shm_entries() - before
-    deadline = time.monotonic() + SHM_SETTLE_S
-    while leaked and time.monotonic() < deadline:
-        time.sleep(0.1)
-        leaked &= shm_entries()
-    assert not leaked, f"left in /dev/shm: {sorted(leaked)}"
-
-
-def _expect_error(fn, *args, expected=dist.DistBackendError, **kwargs) -> tuple[str, float]:
-    """Calls fn; returns (message, seconds it took). Fails unless it raised `expected`: by default
-    torch.distributed.DistBackendError, the type gloo and NCCL raise for a failed collective (a RuntimeError)."""
-    t0 = time.monotonic()
-    try:
-        fn(*args, **kwargs)
-    except expected as exc:
-        return str(exc), time.monotonic() - t0
-    raise AssertionError(f"{getattr(fn, '__name__', fn)} returned instead of raising")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -83,13 +58,13 @@ def _dead_peer_worker(rank: int, world_size: int, numel: int) -> dict:
             os.kill(victim, signal.SIGKILL)
 
         threading.Thread(target=kill_victim, daemon=True).start()
-    message, elapsed = _expect_error(dist.all_reduce, x)
+    message, elapsed = expect_error(dist.all_reduce, x)
     failed_at = time.monotonic()
     latency = failed_at - float(store.get("kill_time"))
     store.set(f"read_kill_time_{rank}", "1")
     if rank == 0:  # rank 0 hosts the store: keep it up until rank 2 has read the kill time
         store.wait([f"read_kill_time_{r}" for r in range(2, world_size)])
-    later_message, later_s = _expect_error(dist.all_reduce, torch.ones(4))
+    later_message, later_s = expect_error(dist.all_reduce, torch.ones(4))
     t0 = time.monotonic()
     dist.destroy_process_group()
     return {"message": message, "elapsed": elapsed, "latency": latency, "later": later_message,
@@ -116,7 +91,7 @@ def test_dead_peer_fails_survivors_fast(case):
         assert res["destroy_s"] < FAST_S
         print(f"[{case}] rank {rank}: dead peer detected {res['latency'] * 1e3:.0f} ms after SIGKILL "
               f"(the call failed after {res['elapsed']:.2f} s)")
-    _assert_no_new_shm(before)
+    assert_no_new_shm(before)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -152,7 +127,7 @@ def _timeout_worker(rank: int, world_size: int) -> dict:
         if warm_up:
             dist.all_reduce(torch.ones(4), group=group)
         if rank == 0:
-            results[name] = _expect_error(dist.all_reduce, torch.ones(4), group=group)
+            results[name] = expect_error(dist.all_reduce, torch.ones(4), group=group)
             store.set(f"{name}_done", "1")
         else:
             store.wait([f"{name}_done"], timedelta(seconds=60))
@@ -242,7 +217,7 @@ def _mismatch_worker(rank: int, world_size: int) -> dict:
         group = dist.new_group(backend="tuned", timeout=timedelta(seconds=GROUP_TIMEOUT_S))
         dist.all_reduce(torch.ones(1), group=group)  # healthy first: the mismatch is not in attaching
         try:
-            results[name] = _expect_error(call, rank, group)
+            results[name] = expect_error(call, rank, group)
         except AssertionError as exc:
             results[name] = (f"no error: {exc}", 0.0)
         dist.destroy_process_group(group)
@@ -285,7 +260,7 @@ def _caller_error_worker(rank: int, world_size: int, warm_up: bool, bad_rank: in
     x = torch.ones(3)
     outputs = [torch.empty(3) for _ in range(world_size - 1 if rank == bad_rank else world_size)]
     # The bad rank's own call fails validation on its thread (a plain RuntimeError); its peer's fails in the backend.
-    result = _expect_error(dist.all_gather, outputs, x,
+    result = expect_error(dist.all_gather, outputs, x,
                            expected=RuntimeError if rank == bad_rank else dist.DistBackendError)
     store.set(f"done_{rank}", "1")
     try:
@@ -326,7 +301,7 @@ def _abort_worker(rank: int, world_size: int) -> dict:
             abort_error = traceback.format_exc()
         return {"abort_error": abort_error}
     store.set("rank1_waiting", "1")
-    message, elapsed = _expect_error(dist.all_reduce, torch.ones(2))
+    message, elapsed = expect_error(dist.all_reduce, torch.ones(2))
     return {"message": message, "elapsed": elapsed}
 
 
@@ -350,4 +325,4 @@ def test_torchrun_restart_after_rank_exit(tmp_path):
     finished = read_results(tmp_path, "restart")
     assert all(f is not None and f["attempt"] == 1 for f in finished), (finished, out[-4000:])
     assert finished[0]["params"] == finished[1]["params"]
-    _assert_no_new_shm(before)
+    assert_no_new_shm(before)
