@@ -2,7 +2,8 @@
 
 These check the harness, not the speed: the JSON schema, the interleaved rounds and the ratio summary, #wrong == 0
 for every backend, op and variant, tuned+sym (symmetric buffers) running zero-copy beside tuned, DeepSpeed as a
-contender (when it is installed) and its absence, and that the example trains over `tuned`. No timing is asserted.
+contender (when it is installed) and its absence, that the example trains over `tuned`, and that the FSDP2 benchmark
+(benchmarks/bench_fsdp_symmetric.py) runs zero-copy with equal losses. No timing is asserted.
 """
 
 import importlib.util
@@ -340,3 +341,20 @@ def test_main_job_trains_both_runs_and_saves_its_record(tmp_path):
     assert abs(base["final_loss"] - ours["final_loss"]) < 1e-2 * abs(base["final_loss"]), (base, ours)
     assert record["tune"]["rows"] and plot.stat().st_size > 10_000
     assert "tuned / gloo:" in text and "samples/s" in text
+
+
+def test_fsdp_symmetric_benchmark_runs_zero_copy_with_equal_losses(tmp_path):
+    """benchmarks/bench_fsdp_symmetric.py, shrunk: FSDP2 with the group's allocator runs every all-gather and
+    reduce-scatter zero-copy (3 per layer and step: forward and backward all-gather, reduce-scatter), the plain
+    configuration none, and both train to the same losses; the memory children report their heap."""
+    out = tmp_path / "fsdp_sym.json"
+    text = _torchrun("benchmarks/bench_fsdp_symmetric.py", "--layers", "2", "--dim", "512", "--warmup", "1",
+                     "--rounds", "2", "--steps", "1", "--mem-steps", "1", "--json", str(out))
+    data = json.loads(out.read_text())
+    plain, sym = data["time"]["plain"], data["time"]["symmetric"]
+    assert plain["zero_copy_ops"] == 0 and sym["zero_copy_ops_per_step"] == 3 * 2 and sym["copy_restarts"] == 0
+    assert data["losses"]["equal"] and data["losses"]["max_abs_diff"] == 0 and data["losses"]["steps_compared"] == 3
+    assert data["memory_losses_equal"] and len(data["memory"]["symmetric"]["per_rank"]) == 2
+    assert data["memory"]["symmetric"]["heap_peak_in_use"] > 0 and data["memory"]["plain"]["heap_reserved"] == 0
+    assert data["memory"]["symmetric"]["zero_copy_ops"] == 3 * 2 * 2  # warm-up + 1 step, 2 layers
+    assert "losses: EQUAL" in text and "WARNING" not in text
