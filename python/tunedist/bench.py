@@ -301,21 +301,22 @@ def plan(args, world: int) -> list:
     return points
 
 
+def measure_point(args, contenders, op, count, inplace, progress) -> list:
+    """One (op, count, variant): the contenders that have the op, interleaved round by round; their rows. Its
+    buffers die on return, before the next point allocates its own (tuned+sym: the heap's peak is one point's)."""
+    here = [prepare(args, c, op, inplace, count) for c in contenders if c.has(op)]
+    for k in range(args.rounds):
+        for point in here:
+            if point.timed:
+                run_round(point)
+            progress.step(f"{point.contender.name} {op} {count} el{' in-place' if inplace else ''} round {k + 1}")
+    return [finish(args, point) for point in here]
+
+
 def measure(args, contenders, progress) -> list:
-    """Every point of plan(): the contenders that have the op, interleaved round by round; their rows."""
-    results = []
-    for op, count in plan(args, dist.get_world_size()):
-        for inplace in VARIANTS[op]:
-            here = [prepare(args, c, op, inplace, count) for c in contenders if c.has(op)]
-            for k in range(args.rounds):
-                for point in here:
-                    if point.timed:
-                        run_round(point)
-                    progress.step(f"{point.contender.name} {op} {count} el{' in-place' if inplace else ''} "
-                                  f"round {k + 1}")
-            results += [finish(args, point) for point in here]
-            del here  # free this point's buffers before the next point allocates its own (tuned+sym: heap peak)
-    return results
+    """Every point of plan(), in order; their rows."""
+    return [row for op, count in plan(args, dist.get_world_size()) for inplace in VARIANTS[op]
+            for row in measure_point(args, contenders, op, count, inplace, progress)]
 
 
 def measure_memcpy(args) -> float:
