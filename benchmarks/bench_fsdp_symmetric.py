@@ -32,7 +32,9 @@ Measured:
     exec inherits its parent's (it read 903 MiB, the parent's RSS, in both children).
   RSS before the first step, and the parts of its RSS at the end: RssAnon (private, mostly torch's CPU allocator)
     and RssShmem (shared memory mapped and touched: tuned's slot segment and heap chunks, its own and its peers').
-  heap: symmetric_heap_stats' reserved_bytes and peak_in_use_bytes (what FSDP held in the heap at once).
+  heap: symmetric_heap_stats' reserved_bytes and peak_in_use_bytes (what FSDP held in the heap at once). Reserved
+    bytes are memory taken whether touched or not (each chunk is posix_fallocate'd in /dev/shm), and they show in
+    no RSS until touched: add them to the RSS figures for the symmetric configuration's cost.
   slots: the group's slot memory (tunedist._C.reserved_shm_bytes).
   The table has the most over ranks; the JSON has every rank's (memory.<config>.per_rank, with the children's
   losses, which must be equal across the configurations too).
