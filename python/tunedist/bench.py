@@ -5,10 +5,15 @@ shared-memory all_reduce, interleaved in one run.
         --ops all_reduce,all_gather,reduce_scatter,broadcast -b 8 -e 256M -f 2 --json out.json --plot out.png
     torchrun --nproc_per_node=2 -m tunedist.bench --backends tuned,gloo,deepspeed --ops all_reduce -b 4K -e 64M -f 4
     torchrun --nproc_per_node=1 -m tunedist.bench --device cuda --backends tuned,nccl   # CUDA buffers (one GPU)
+    torchrun --nproc_per_node=2 -m tunedist.bench --backends tuned,tuned+sym \\
+        --ops all_reduce,all_gather,reduce_scatter,broadcast -b 64K -e 64M -f 4   # copying vs zero-copy
 
 Contenders (tunedist.bench_contenders): each name in --backends is a c10d backend with a group of its own, or
 `deepspeed`, deepspeed.comm.inference_all_reduce (pip install deepspeed; all_reduce only, its other ops are skipped
-with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset). The conventions follow nccl-tests
+with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset), or `tuned+sym`, a tuned group of its
+own whose buffers (every tensor passed to the op: out-of-place inputs and outputs too) come from that group's
+symmetric heap (tunedist.symmetric_empty) instead of torch.empty, so that a point whose S is at least
+TUNEDIST_SYMMETRIC_MIN_BYTES (default 256 KiB) runs zero-copy (tunedist.symmetric). The conventions follow nccl-tests
 (doc/PERFORMANCE.md; docs/anchors.md part 1, sections 7 and 8):
 - Interleaving: at each point (op, variant, size) every contender is checked and warmed up, then the contenders take
   turns, one timed loop each, for --rounds rounds (A B C A B C ...), so load drift on a shared machine hits them
@@ -44,6 +49,12 @@ with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset). The c
   copy at once; the median of each rank, then the mean over ranks. bound: the all_reduce ceiling of a two-shot
   algorithm with copy-in/out, 4(P-1)/(5P+1) x memcpy_gbps, and each backend's busbw over it at the largest size.
 - load_avg_start/end: os.getloadavg() on rank 0 before the first and after the last point.
+- zero-copy (tuned+sym only): the growth of symmetric_heap_stats()["zero_copy_ops"] over a point (its check, warm-up
+  and rounds; the least over ranks) next to the calls the point made, in the row (zero_copy_ops, calls,
+  copy_restarts, zero_copy_expected: S >= the threshold on a one-host group) and as the path (zero-copy, copying or
+  mixed). meta["symmetric"] has the run's totals and the heap's (reserved_bytes and peak_in_use_bytes, the most over
+  ranks). A point expected to run zero-copy that did not, or a run with no zero-copy call, is printed as a WARNING
+  (stdout and stderr); below the threshold every call takes the copying path, as it should.
 """
 
 from __future__ import annotations
@@ -67,6 +78,7 @@ import tunedist
 from . import bench_contenders
 from .bench_collectives import COLLECTIVES, DTYPES, OPS, PRIMARY_INPLACE, REDOPS, VARIANTS, count_wrong
 from .bench_report import RANK_REDUCTIONS, Progress, bound_section, print_tables, ratios
+from .bench_symmetric import symmetric_section, warn_zero_copy, zero_copy_row
 
 DEFAULT_WARMUP = 5
 PERCENTILES = {"p10_us": 0.10, "p50_us": 0.50, "p90_us": 0.90, "p99_us": 0.99}
@@ -93,8 +105,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tunedist.bench", description=__doc__.split("\n")[0],
                                 epilog="Run it under torchrun; rank 0 prints. Conventions: see the module docstring.")
     p.add_argument("--backends", type=_csv(None, "backend"), default=["tuned", "gloo"],
-                   help="comma-separated CPU c10d backends and/or deepspeed, all measured in this run, interleaved; "
-                        "the summary compares each with the first (default tuned,gloo)")
+                   help="comma-separated CPU c10d backends, deepspeed and/or tuned+sym (a tuned group on buffers "
+                        "from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, default 256K), all "
+                        "measured in this run, interleaved; the summary compares each with the first (default "
+                        "tuned,gloo)")
     p.add_argument("--ops", type=_csv(OPS, "op"), default=list(OPS), help="comma-separated, default all four")
     p.add_argument("-b", "--min-bytes", type=parse_size, default=8)
     p.add_argument("-e", "--max-bytes", type=parse_size, default=256 << 20)
@@ -137,10 +151,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def _backend_problem(name: str, device: str) -> str | None:
     if name == bench_contenders.DEEPSPEED:
         return bench_contenders.deepspeed_problem(device)
+    if name == bench_contenders.TUNED_SYM:
+        return bench_contenders.symmetric_problem(device)
     caps = dist.Backend.backend_capability.get(name.lower())
     if caps is None:
         return (f"unknown backend {name!r}: registered are {', '.join(sorted(dist.Backend.backend_capability))}, "
-                f"and {bench_contenders.DEEPSPEED}")
+                f"and {bench_contenders.DEEPSPEED}, {bench_contenders.TUNED_SYM}")
     if device not in caps:
         return f"backend {name!r} does not serve {device} tensors (devices {caps}); see --device"
     return None
@@ -200,6 +216,8 @@ class Point:
     iters: int = 0
     rounds: list = field(default_factory=list)  # per round: this rank's per-iteration times (s)
     cpu_s: float = 0.0  # this rank's CPU time over all timed loops
+    calls: int = 0  # calls of the op at this point: check, warm-up and every round's untimed call and loop
+    heap0: dict | None = None  # a symmetric contender's heap counters before the point
 
     @property
     def timed(self) -> bool:
@@ -212,17 +230,21 @@ def prepare(args, contender, op, inplace, count) -> Point:
     with _device(args):  # buffers and expected values on --device
         bufs = coll.buffers(dist.get_rank(), world, inplace, count, dtype, args.redop, contender.comm)
     call = _synchronized(bufs.call) if args.device == "cuda" else bufs.call
+    heap0 = contender.heap_stats() if contender.symmetric else None
+    checked = bool(args.check or contender.always_check)
     start = time.perf_counter()
     with contender.observe() as seen:
-        wrong_here = count_wrong(bufs) if args.check or contender.always_check else 0
+        wrong_here = count_wrong(bufs) if checked else 0
     first_s = time.perf_counter() - start
     n_wrong, first_s = _over_ranks([wrong_here, first_s], 1)  # everyone must agree on the counts below
-    point = Point(contender, op, inplace, count, call, round(n_wrong * world), seen.path())
+    point = Point(contender, op, inplace, count, call, round(n_wrong * world), seen.path(), calls=int(checked),
+                  heap0=heap0)
     if not point.timed:
         return point
     point.warmup = args.warmup if args.warmup is not None else max(1, min(DEFAULT_WARMUP, int(args.target_s /
                                                                                               first_s)))
     warm = sorted(_timed(call, point.warmup))
+    point.calls += point.warmup
     (est_s,) = _over_ranks([warm[len(warm) // 2]], 3)
     point.iters = args.iters or min(args.max_iters, max(args.min_iters, round(args.target_s / max(est_s, 1e-9))))
     return point
@@ -235,6 +257,7 @@ def run_round(point: Point) -> None:
     cpu0 = time.process_time()
     point.rounds.append(_timed(point.call, point.iters))
     point.cpu_s += time.process_time() - cpu0
+    point.calls += 1 + point.iters
 
 
 def finish(args, point: Point) -> dict:
@@ -244,6 +267,8 @@ def finish(args, point: Point) -> dict:
            "redop": args.redop if coll.reduces else "none", "count": point.count, "inplace": point.inplace,
            "bytes": coll.nbytes(point.count, DTYPES[args.dtype].itemsize, world), "wrong": point.wrong,
            "path": point.path, "rounds": len(point.rounds), "iters": point.iters, "warmup": point.warmup}
+    if point.heap0 is not None:
+        row.update(zero_copy_row(point.contender, point.heap0, point.calls, row["bytes"]))
     if not point.timed:
         return {**row, **dict.fromkeys(("time_us", *PERCENTILES, "algbw_gbps", "busbw_gbps", "cpu_us",
                                         "cpu_all_ranks_us")), "round_time_us": [], "not_timed": "wrong results"}
@@ -276,20 +301,22 @@ def plan(args, world: int) -> list:
     return points
 
 
+def measure_point(args, contenders, op, count, inplace, progress) -> list:
+    """One (op, count, variant): the contenders that have the op, interleaved round by round; their rows. Its
+    buffers die on return, before the next point allocates its own (tuned+sym: the heap's peak is one point's)."""
+    here = [prepare(args, c, op, inplace, count) for c in contenders if c.has(op)]
+    for k in range(args.rounds):
+        for point in here:
+            if point.timed:
+                run_round(point)
+            progress.step(f"{point.contender.name} {op} {count} el{' in-place' if inplace else ''} round {k + 1}")
+    return [finish(args, point) for point in here]
+
+
 def measure(args, contenders, progress) -> list:
-    """Every point of plan(): the contenders that have the op, interleaved round by round; their rows."""
-    results = []
-    for op, count in plan(args, dist.get_world_size()):
-        for inplace in VARIANTS[op]:
-            here = [prepare(args, c, op, inplace, count) for c in contenders if c.has(op)]
-            for k in range(args.rounds):
-                for point in here:
-                    if point.timed:
-                        run_round(point)
-                    progress.step(f"{point.contender.name} {op} {count} el{' in-place' if inplace else ''} "
-                                  f"round {k + 1}")
-            results += [finish(args, point) for point in here]
-    return results
+    """Every point of plan(), in order; their rows."""
+    return [row for op, count in plan(args, dist.get_world_size()) for inplace in VARIANTS[op]
+            for row in measure_point(args, contenders, op, count, inplace, progress)]
 
 
 def measure_memcpy(args) -> float:
@@ -333,6 +360,7 @@ def main(argv=None) -> int:
     if args.device == "cuda":
         torch.cuda.set_device(_device(args))
     meta = {**_meta(args, world, contenders), "load_avg_start": _load_avg()}
+    heap0 = {c.name: c.heap_stats() for c in contenders if c.symmetric}
     total = sum(len(VARIANTS[op]) * sum(c.has(op) for c in contenders) for op, _ in plan(args, world)) * args.rounds
     progress = Progress(total, rank == 0 and not args.no_progress)
     results = measure(args, contenders, progress)
@@ -343,10 +371,12 @@ def main(argv=None) -> int:
         meta["tuned_hosts"] = tunedist._C.host_layout(group._get_backend(torch.device("cpu")))
     meta["bound"] = bound_section(results, world, meta["memcpy_gbps"])
     meta["summary"] = ratios(results, PRIMARY_INPLACE, args.backends[0])
+    meta["symmetric"] = {c.name: symmetric_section(c, heap0[c.name], results) for c in contenders if c.symmetric}
     if rank == 0:
         if len(meta.get("tuned_hosts", [])) > 1:
             print(f"# tuned spans {len(meta['tuned_hosts'])} hosts: {meta['tuned_hosts']} (TUNEDIST_HOST_ID)")
         print_tables(results, args, meta)
+        warn_zero_copy(meta["symmetric"])
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({**meta, "results": results}, f, indent=1)

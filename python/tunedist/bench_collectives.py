@@ -54,7 +54,8 @@ class Collective:
     reduces: bool  # takes --op (the redop column); the others print "none"
     whole_array: bool  # S = n x count x typesize (the gathered or scattered array), else count x typesize
     busbw_factor: Callable[[int], float]  # busbw = algbw x busbw_factor(n)
-    # (rank, world, inplace, count, dtype, redop, comm) -> Buffers; comm: a contender's calls (bench_contenders)
+    # (rank, world, inplace, count, dtype, redop, comm) -> Buffers; comm: a contender's calls (bench_contenders), whose
+    # empty() allocates every buffer passed to the op (symmetric ones for tuned+sym); expected values are torch's
     buffers: Callable[[int, int, bool, int, torch.dtype, str, object], Buffers]
 
     def nbytes(self, count: int, itemsize: int, world: int) -> int:
@@ -68,8 +69,8 @@ def _own_input(inp, rank: int, n: int, dtype):
 
 
 def _all_reduce_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
-    inp = torch.empty(count, dtype=dtype)
-    out = inp if inplace else torch.empty(count, dtype=dtype)
+    inp = comm.empty(count, dtype)
+    out = inp if inplace else comm.empty(count, dtype)
     expected = _tile(_reduced(world, 0, redop), count, dtype)
 
     def call():
@@ -80,8 +81,8 @@ def _all_reduce_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buff
 
 
 def _broadcast_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
-    inp = torch.empty(count, dtype=dtype)
-    out = inp if inplace else torch.empty(count, dtype=dtype)
+    inp = comm.empty(count, dtype)
+    out = inp if inplace else comm.empty(count, dtype)
     expected = _tile(_pattern(0, 0), count, dtype)
 
     def call():
@@ -90,8 +91,8 @@ def _broadcast_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffe
 
 
 def _all_gather_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
-    out = torch.empty(world * count, dtype=dtype)
-    inp = out.narrow(0, rank * count, count) if inplace else torch.empty(count, dtype=dtype)
+    out = comm.empty(world * count, dtype)
+    inp = out.narrow(0, rank * count, count) if inplace else comm.empty(count, dtype)
     expected = torch.cat([_tile(_pattern(r, 0), count, dtype) for r in range(world)])
 
     def call():
@@ -100,8 +101,8 @@ def _all_gather_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buff
 
 
 def _reduce_scatter_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
-    inp = torch.empty(world * count, dtype=dtype)
-    out = inp.narrow(0, rank * count, count) if inplace else torch.empty(count, dtype=dtype)
+    inp = comm.empty(world * count, dtype)
+    out = inp.narrow(0, rank * count, count) if inplace else comm.empty(count, dtype)
     expected = _tile(_reduced(world, rank * count, redop), count, dtype)
 
     def call():

@@ -1,6 +1,10 @@
 """The contenders of `python -m tunedist.bench`: what it measures side by side, and how it calls each op on them.
 
 - A c10d backend (tuned, gloo, ...) gets a group of its own and is called through torch.distributed.
+- `tuned+sym` is a `tuned` group of its own whose benchmark buffers come from that group's symmetric heap
+  (tunedist.symmetric_empty) instead of torch.empty, so its collectives can run zero-copy (tunedist.symmetric). Its
+  heap counters (tunedist.symmetric_heap_stats) show whether they did: the bench reports each point's zero-copy calls
+  next to the calls it made.
 - `deepspeed` is not a c10d backend. It is DeepSpeed's CPU shared-memory all_reduce,
   `deepspeed.comm.inference_all_reduce`, after `deepspeed.init_distributed()` (which JIT-builds the shm op at first
   use, minutes, then caches it). It has all_reduce only, and takes no group: it reduces over the world, so the
@@ -21,7 +25,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+import tunedist
+
 DEEPSPEED = "deepspeed"
+TUNED_SYM = "tuned+sym"
+# csrc/core/options.h kDefaultSymmetricMinBytes: the least buffer (S, as the bench defines it) that runs zero-copy.
+SYMMETRIC_MIN_BYTES_ENV, SYMMETRIC_MIN_BYTES_DEFAULT = "TUNEDIST_SYMMETRIC_MIN_BYTES", 256 << 10
 PROBED_VERSION = "0.19.8"
 # What benchmarks/probe_deepspeed.py measured (records: docs/records/bench_ds/*probe*), printed when deepspeed runs.
 DEEPSPEED_NOTES = (
@@ -44,6 +53,10 @@ class C10dComm:
     def __init__(self, backend: str):
         self.group = dist.new_group(backend=backend)
 
+    def empty(self, n: int, dtype) -> torch.Tensor:
+        """A buffer the bench passes to the collectives (on the current device context)."""
+        return torch.empty(n, dtype=dtype)
+
     def all_reduce(self, t, op):
         dist.all_reduce(t, op=op, group=self.group)
 
@@ -60,11 +73,31 @@ class C10dComm:
         dist.destroy_process_group(self.group)
 
 
+class SymmetricComm(C10dComm):
+    """A `tuned` group whose benchmark buffers come from its symmetric heap: the zero-copy path where it applies."""
+
+    def __init__(self):
+        super().__init__("tuned")
+
+    def empty(self, n: int, dtype) -> torch.Tensor:
+        return tunedist.symmetric_empty(n, dtype=dtype, group=self.group)
+
+    def heap_stats(self) -> dict:
+        return tunedist.symmetric_heap_stats(self.group)
+
+    def one_host(self) -> bool:
+        """Whether the group is on one host: a group that spans hosts runs its hierarchical engine, never zero-copy."""
+        return len(tunedist._C.host_layout(self.group._get_backend(torch.device("cpu")))) == 1
+
+
 class DeepSpeedComm:
     """deepspeed.comm.inference_all_reduce on the world (it has no other op and takes no group)."""
 
     def __init__(self):
         self.dscomm, self.info = deepspeed_init()
+
+    def empty(self, n: int, dtype) -> torch.Tensor:
+        return torch.empty(n, dtype=dtype)
 
     def all_reduce(self, t, op):
         self.dscomm.inference_all_reduce(t, op=op)
@@ -88,13 +121,23 @@ class Contender:
     def has(self, op: str) -> bool:
         return self.ops is None or op in self.ops
 
+    @property
+    def symmetric(self) -> bool:
+        """Whether its buffers are symmetric, so that heap_stats() counts its zero-copy calls."""
+        return isinstance(self.comm, SymmetricComm)
+
+    def heap_stats(self) -> dict:
+        return self.comm.heap_stats()
+
     def observe(self):
         """A context that yields what ran at a point (.path()): for deepspeed its kernel or its fallback."""
         return count_calls() if self.name == DEEPSPEED else contextlib.nullcontext(Seen(fixed="c10d"))
 
 
 def make(name: str) -> Contender:
-    """The contender `name`: deepspeed, or else a c10d backend (every rank, after init_process_group)."""
+    """The contender `name`: deepspeed, tuned+sym, or else a c10d backend (every rank, after init_process_group)."""
+    if name == TUNED_SYM:
+        return Contender(name, SymmetricComm(), info={"min_bytes": symmetric_min_bytes()})
     if name != DEEPSPEED:
         return Contender(name, C10dComm(name))
     comm = DeepSpeedComm()
@@ -151,6 +194,21 @@ def _has_kernel() -> bool:
         return hasattr(torch.ops.deepspeed, "inference_all_reduce_")
     except (AttributeError, RuntimeError):
         return False
+
+
+def symmetric_min_bytes() -> int:
+    """The least S that runs zero-copy, as the backend reads it (TUNEDIST_SYMMETRIC_MIN_BYTES, else its default)."""
+    value = _env_int(SYMMETRIC_MIN_BYTES_ENV)
+    return SYMMETRIC_MIN_BYTES_DEFAULT if value is None else value
+
+
+def symmetric_problem(device: str) -> str | None:
+    """What stands in the way of tuned+sym (None: nothing)."""
+    if device != "cpu":
+        return f"{TUNED_SYM} measures CPU buffers from tuned's symmetric heap: drop --device cuda"
+    if "cpu" not in dist.Backend.backend_capability.get("tuned", []):
+        return f"{TUNED_SYM} needs the tuned backend for cpu tensors, which is not registered"
+    return None
 
 
 def _env_int(name: str):

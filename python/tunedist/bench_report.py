@@ -115,13 +115,21 @@ def _print_table(results, meta, backend, op, half, units) -> None:
             paths.add(r["path"])
     via = f" (path {', '.join(sorted(paths))})" if paths - {"c10d"} else ""
     width = len(half)
+    # A symmetric contender (tuned+sym) adds its zero-copy calls per variant: zero_copy_ops / calls at the point.
+    zc = any("zero_copy_ops" in r for pair in rows.values() for r in pair.values())
+    zc_head, zc_units = (f"     {'zero-copy/calls':>31}", f"     {'(out-of-place, in-place)':>31}") if zc else ("", "")
     print(f"#\n# backend {backend}: {op}{via}\n#{'':>45}{'out-of-place':^{width}}     {'in-place':^{width}}")
-    print(f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6}     {half}     {half}")
-    print(f"#{'(B)':>11} {'(elements)':>12} {'':>8} {'':>6}     {units}     {units}")
+    print(f"#{'size':>11} {'count':>12} {'type':>8} {'redop':>6}     {half}     {half}{zc_head}")
+    print(f"#{'(B)':>11} {'(elements)':>12} {'':>8} {'':>6}     {units}     {units}{zc_units}")
     for (nbytes, count), pair in rows.items():
         any_r = next(iter(pair.values()))
+        tail = f"     {_zero_copy(pair.get(False)):>15} {_zero_copy(pair.get(True)):>15}" if zc else ""
         print(f"{nbytes:>12} {count:>12} {TYPE_NAMES[any_r['dtype']]:>8} {any_r['redop']:>6}     "
-              f"{_half(pair.get(False))}     {_half(pair.get(True))}")
+              f"{_half(pair.get(False))}     {_half(pair.get(True))}{tail}")
+
+
+def _zero_copy(r) -> str:
+    return "-" if r is None or "zero_copy_ops" not in r else f"{r['zero_copy_ops']}/{r['calls']}"
 
 
 def print_summary(results, args, meta) -> None:

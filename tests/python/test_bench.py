@@ -1,8 +1,9 @@
 """The benchmark harness (python -m tunedist.bench) and the DDP example, run for real on 2 ranks at tiny sizes.
 
 These check the harness, not the speed: the JSON schema, the interleaved rounds and the ratio summary, #wrong == 0
-for every backend, op and variant, DeepSpeed as a contender (when it is installed) and its absence, and that the
-example trains over `tuned`. No timing is asserted.
+for every backend, op and variant, tuned+sym (symmetric buffers) running zero-copy beside tuned, DeepSpeed as a
+contender (when it is installed) and its absence, that the example trains over `tuned`, and that the FSDP2 benchmark
+(benchmarks/bench_fsdp_symmetric.py) runs zero-copy with equal losses. No timing is asserted.
 """
 
 import importlib.util
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedist import bench
+from tunedist import bench, bench_symmetric
 
 REPO = Path(__file__).resolve().parents[2]
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
@@ -30,9 +31,9 @@ RESULT_KEYS = {"backend": str, "op": str, "dtype": str, "bytes": int, "count": i
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 
-def _torchrun(*argv, world_size=2, rc=0, timeout=RUN_TIMEOUT_S, unset=()):
+def _torchrun(*argv, world_size=2, rc=0, timeout=RUN_TIMEOUT_S, unset=(), extra_env=None):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}", *argv]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH (set by conftest for a source tree) is kept
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(extra_env or {})}  # PYTHONPATH (conftest's, if set) is kept
     for name in unset:
         env.pop(name, None)
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -112,6 +113,54 @@ def test_bench_every_point_is_correct(bench_run):
         sizes = sorted(r["bytes"] for r in data["results"] if (r["backend"], r["op"], r["inplace"]) ==
                        (backend, "all_reduce", True))
         assert sizes == [8 << i for i in range(14)]  # 8 B .. 64 KiB, factor 2
+
+
+@pytest.fixture(scope="module")
+def sym_run(tmp_path_factory):
+    """tuned beside tuned+sym at tiny sizes, every one of them zero-copy (TUNEDIST_SYMMETRIC_MIN_BYTES=0)."""
+    out = tmp_path_factory.mktemp("bench_sym") / "sym.json"
+    text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,tuned+sym", "--ops", ",".join(OPS), "-b", "8",
+                     "-e", "4K", "-f", "8", "-n", "3", "-w", "1", "--rounds", str(ROUNDS), "--memcpy-bytes", "8M",
+                     "--no-progress", "--json", str(out), extra_env={"TUNEDIST_SYMMETRIC_MIN_BYTES": "0"})
+    return json.loads(out.read_text()), text
+
+
+def test_bench_tuned_sym_runs_zero_copy_and_right(sym_run):
+    data, text = sym_run
+    sym = [r for r in data["results"] if r["backend"] == "tuned+sym"]
+    assert {(r["op"], r["inplace"]) for r in sym} == {(op, ip) for op in OPS for ip in bench.VARIANTS[op]}
+    assert len(sym) == len([r for r in data["results"] if r["backend"] == "tuned"])  # the same points
+    for r in sym:
+        assert r["wrong"] == 0 and r["time_us"] > 0, r
+        # check + warm-up + each round's untimed call and loop: every one of them zero-copy, none restarted
+        assert r["calls"] == 1 + 1 + ROUNDS * (1 + 3) and r["zero_copy_ops"] == r["calls"] > 0, r
+        assert r["path"] == "zero-copy" and r["zero_copy_expected"] and r["copy_restarts"] == 0, r
+    assert all(r["wrong"] == 0 and r["path"] == "c10d" and "zero_copy_ops" not in r for r in data["results"]
+               if r["backend"] == "tuned")
+    total = data["symmetric"]["tuned+sym"]
+    assert total["min_bytes"] == 0 and total["zero_copy_ops"] == total["calls"] == sum(r["calls"] for r in sym) > 0
+    assert total["missed"] == [] and total["reserved_bytes"] > 0 and total["peak_in_use_bytes"] > 0
+    assert {s["backend"] for s in data["summary"]} == {"tuned+sym"}
+    assert "# backend tuned+sym: all_gather (path zero-copy)" in text and "zero-copy/calls" in text
+    assert "# summary: tuned vs tuned+sym" in text and "WARNING" not in text
+
+
+def test_zero_copy_lines_warn_loudly():
+    section = {"min_bytes": 1024, "zero_copy_ops": 0, "copy_restarts": 0, "calls": 12, "reserved_bytes": 1 << 26,
+               "peak_in_use_bytes": 4096, "chunks": 1, "points": 2, "points_expected": 1,
+               "missed": [{"op": "all_reduce", "bytes": 4096, "inplace": True, "zero_copy_ops": 0, "calls": 6}]}
+    lines = bench_symmetric.zero_copy_lines({"tuned+sym": section})
+    assert lines[0].startswith("# tuned+sym: zero_copy_ops 0 of 12 calls") and "64.0 MiB" in lines[0]
+    assert "WARNING: tuned+sym: zero_copy_ops did not grow" in lines[1]
+    assert "WARNING: tuned+sym: all_reduce in-place S = 4096 B ran zero-copy in 0 of 6 calls" in lines[2]
+    fine = {**section, "zero_copy_ops": 6, "missed": []}
+    assert not any("WARNING" in line for line in bench_symmetric.zero_copy_lines({"tuned+sym": fine}))
+
+
+def test_bench_rejects_tuned_sym_on_cuda(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--backends", "tuned,tuned+sym", "--device", "cuda"])
+    assert exc.value.code == 2 and "tuned+sym measures CPU buffers" in capsys.readouterr().err
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -292,3 +341,20 @@ def test_main_job_trains_both_runs_and_saves_its_record(tmp_path):
     assert abs(base["final_loss"] - ours["final_loss"]) < 1e-2 * abs(base["final_loss"]), (base, ours)
     assert record["tune"]["rows"] and plot.stat().st_size > 10_000
     assert "tuned / gloo:" in text and "samples/s" in text
+
+
+def test_fsdp_symmetric_benchmark_runs_zero_copy_with_equal_losses(tmp_path):
+    """benchmarks/bench_fsdp_symmetric.py, shrunk: FSDP2 with the group's allocator runs every all-gather and
+    reduce-scatter zero-copy (3 per layer and step: forward and backward all-gather, reduce-scatter), the plain
+    configuration none, and both train to the same losses; the memory children report their heap."""
+    out = tmp_path / "fsdp_sym.json"
+    text = _torchrun("benchmarks/bench_fsdp_symmetric.py", "--layers", "2", "--dim", "512", "--warmup", "1",
+                     "--rounds", "2", "--steps", "1", "--mem-steps", "1", "--json", str(out))
+    data = json.loads(out.read_text())
+    plain, sym = data["time"]["plain"], data["time"]["symmetric"]
+    assert plain["zero_copy_ops"] == 0 and sym["zero_copy_ops_per_step"] == 3 * 2 and sym["copy_restarts"] == 0
+    assert data["losses"]["equal"] and data["losses"]["max_abs_diff"] == 0 and data["losses"]["steps_compared"] == 3
+    assert data["memory_losses_equal"] and len(data["memory"]["symmetric"]["per_rank"]) == 2
+    assert data["memory"]["symmetric"]["heap_peak_in_use"] > 0 and data["memory"]["plain"]["heap_reserved"] == 0
+    assert data["memory"]["symmetric"]["zero_copy_ops"] == 3 * 2 * 2  # warm-up + 1 step, 2 layers
+    assert "losses: EQUAL" in text and "WARNING" not in text
