@@ -18,7 +18,7 @@ from collective_checks import Checker
 from dist_utils import SHM_DIR, make_input, patched_environ, reference
 from symmetric_checks import expect_path, mapped_shm, shm_exists, sym, sym_copy
 
-HEAP_NAME = re.compile(rf"tunedist_{os.getuid()}_heap_[0-9a-f]{{32}}")
+HEAP_NAME = re.compile(rf"tunedist_{os.getuid()}_heap_{os.getpid()}_[0-9a-f]{{32}}")
 MIN_BYTES_VAR = "TUNEDIST_SYMMETRIC_MIN_BYTES"
 
 
@@ -216,7 +216,7 @@ def check_heap_files(c: Checker) -> None:
     c.true(len(first) == 1 and len(second) == 1, f"two allocations mapped {sorted(first)} and {sorted(second)}, "
            "expected one new heap chunk each")
     for name in sorted(first | second):
-        c.true(HEAP_NAME.fullmatch(name) is not None, f"{name}: not tunedist_<uid>_heap_<32 hex digits>")
+        c.true(HEAP_NAME.fullmatch(name) is not None, f"{name}: not tunedist_<uid>_heap_<pid>_<32 hex digits>")
         try:
             st = os.stat(SHM_DIR / name)
         except FileNotFoundError:
