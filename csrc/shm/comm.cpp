@@ -101,6 +101,10 @@ ShmComm::ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, Shm
 
 ShmComm::~ShmComm() {
   unlinkHeapNames();
+  if (failed() && heap_ != nullptr) {
+    // Again at the end: a peer that died during the failure may not have been a zombie yet at abort().
+    ShmSegment::sweepDeadOwners(options_.shmDir, "heap");
+  }
   stopHeartbeat_.store(true);
   {
     std::lock_guard<std::mutex> lock(heartbeatMutex_);

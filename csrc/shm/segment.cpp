@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -133,10 +134,10 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes, bool* notFoun
 
 namespace {
 
-// Removes each of this user's names in shmDir that removable(name without the user prefix) approves, that is at
-// least minAge old and that no process has mapped. Returns how many were removed.
-template <typename Keep>
-int sweep(const char* shmDir, std::chrono::seconds minAge, Keep&& removable) {
+// Removes each of this user's names in shmDir that no process has mapped and that removable(name without the user
+// prefix, age in seconds) approves. Returns how many were removed.
+template <typename Removable>
+int sweep(const char* shmDir, Removable&& removable) {
   DIR* dir = opendir(shmDir);
   if (dir == nullptr) {
     return 0;
@@ -146,7 +147,7 @@ int sweep(const char* shmDir, std::chrono::seconds minAge, Keep&& removable) {
   time_t now = time(nullptr);
   while (struct dirent* ent = readdir(dir)) {
     std::string entry = ent->d_name;
-    if (entry.rfind(prefix, 0) != 0 || !removable(entry.substr(prefix.size()))) {
+    if (entry.rfind(prefix, 0) != 0) {
       continue;
     }
     std::string name = "/" + entry;
@@ -155,9 +156,10 @@ int sweep(const char* shmDir, std::chrono::seconds minAge, Keep&& removable) {
       continue;
     }
     struct stat st {};
-    bool old = fstat(fd, &st) == 0 && st.st_uid == getuid() && now - st.st_ctime >= minAge.count();
+    bool ok = fstat(fd, &st) == 0 && st.st_uid == getuid() &&
+              removable(entry.substr(prefix.size()), int64_t(now - st.st_ctime));
     // An exclusive lock succeeds only when no process holds the shared lock every user of a segment keeps.
-    if (old && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    if (ok && flock(fd, LOCK_EX | LOCK_NB) == 0) {
       if (shm_unlink(name.c_str()) == 0) {
         ++removed;
       }
@@ -168,26 +170,63 @@ int sweep(const char* shmDir, std::chrono::seconds minAge, Keep&& removable) {
   return removed;
 }
 
+constexpr int64_t kOrphanMinAgeS = 2;
+
+// Whether process `pid` of our pid namespace has exited: no such process, or a zombie its parent has not reaped yet
+// (a killed rank is one until its launcher waits for it).
+bool processExited(long pid) {
+  if (kill(pid_t(pid), 0) != 0) {
+    return errno == ESRCH;
+  }
+  std::FILE* f = std::fopen(detail::str("/proc/", pid, "/stat").c_str(), "r");
+  if (f == nullptr) {
+    return false;
+  }
+  char buf[512] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');  // the state follows the command name, which may hold spaces
+  return n > 0 && paren != nullptr && paren[1] == ' ' && paren[2] == 'Z';
+}
+
 }  // namespace
 
 int ShmSegment::sweepStale(const char* shmDir, std::chrono::seconds minAge) {
-  return sweep(shmDir, minAge, [](const std::string&) { return true; });
+  return sweep(shmDir, [&](const std::string&, int64_t age) { return age >= minAge.count(); });
 }
 
 std::string ShmSegment::tagWithPid(const std::string& tag) { return detail::str(tag, "_", getpid()); }
 
 int ShmSegment::sweepDeadOwners(const char* shmDir, const std::string& tag) {
   const std::string head = tag + "_";
-  return sweep(shmDir, std::chrono::seconds(0), [&](const std::string& rest) {
-    if (rest.rfind(head, 0) != 0) {
-      return false;
+  int removed = 0;
+  // A killed process's zombie may still hold its files (and so its flocks) for a moment while its other threads
+  // exit: names of exited creators that are still held are tried again, for up to about half a second.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    int orphans = 0;
+    const int now = sweep(shmDir, [&](const std::string& rest, int64_t age) {
+      if (rest.rfind(head, 0) != 0) {
+        return false;
+      }
+      char* end = nullptr;
+      const long pid = std::strtol(rest.c_str() + head.size(), &end, 10);
+      if (pid <= 0 || end == nullptr || *end != '_') {
+        return false;
+      }
+      // The creator takes its flock right after creating the name, so an unheld name is an orphan once its
+      // creator has exited here, or once it is a few seconds old (a creator in another pid namespace); a younger
+      // one may be between its shm_open and its flock.
+      const bool exited = processExited(pid);
+      orphans += exited ? 1 : 0;
+      return exited || age >= kOrphanMinAgeS;
+    });
+    removed += now;
+    if (now >= orphans) {
+      break;
     }
-    char* end = nullptr;
-    const long pid = std::strtol(rest.c_str() + head.size(), &end, 10);
-    // The creator holds its flock from the moment it exists, so an unheld name whose creator is gone here is an
-    // orphan; a live pid (ours, or reused) keeps the name to the age-based sweep.
-    return pid > 0 && end != nullptr && *end == '_' && kill(pid_t(pid), 0) != 0 && errno == ESRCH;
-  });
+    usleep(10000);
+  }
+  return removed;
 }
 
 ShmSegment::ShmSegment(std::string name, int fd, void* base, size_t bytes, bool linked)

@@ -34,9 +34,9 @@ class ShmSegment {
   // Removes names of this user's segments in shmDir that no live process has mapped (no flock held) and that
   // are older than minAge. Returns how many were removed.
   static int sweepStale(const char* shmDir, std::chrono::seconds minAge);
-  // Removes names of this user's segments created with tagWithPid(tag) whose creating process no longer exists
-  // here (kill(pid, 0) fails with ESRCH) and that nobody has mapped (no flock held), whatever their age. A heap chunk
-  // of a rank killed before its peers mapped it is such a name. Returns how many were removed.
+  // Removes names of this user's segments created with tagWithPid(tag) that nobody has mapped (no flock held) and
+  // whose creating process has exited here (no such process, or a zombie) or that are at least 2 s old. A heap
+  // chunk of a rank killed before its peers mapped it is such a name. Returns how many were removed.
   static int sweepDeadOwners(const char* shmDir, const std::string& tag);
   // `tag` followed by this process's pid, for sweepDeadOwners.
   static std::string tagWithPid(const std::string& tag);
