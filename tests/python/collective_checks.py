@@ -65,6 +65,22 @@ class Checker:
         self.seconds[name] = time.monotonic() - start
 
 
+def section_problems(section: str, world_size: int, results: list) -> list[str]:
+    """What the ranks' Checker results of one launch say went wrong in `section`: a rank that did not run it, its
+    failures, and results that differ bitwise from rank 0's (every rank must end with bit-identical results)."""
+    problems = []
+    for rank, res in enumerate(results):
+        if section not in res["ran"]:
+            problems.append(f"rank {rank}: section did not run")
+        problems.extend(res["failures"].get(section, []))
+    digests = [res["digests"].get(section, []) for res in results]
+    for rank in range(1, world_size):
+        for (name, d0), (_, dr) in zip(digests[0], digests[rank]):
+            if d0 != dr:
+                problems.append(f"{name}: rank {rank}'s result differs bitwise from rank 0's")
+    return problems
+
+
 def _reduce_cases():
     for dtype in FLOATS:
         for op in FLOAT_OPS:

@@ -17,7 +17,7 @@ import pytest
 
 import collective_checks as reductions
 import collective_checks_movement as movement
-from collective_checks import Checker
+from collective_checks import Checker, section_problems
 from dist_utils import launch
 
 WORLD_SIZES = [pytest.param(n, id=f"w{n}") for n in (1, 2, 3, 4)]
@@ -79,16 +79,6 @@ def test_collective(matrix, section):
         pytest.skip(f"{section} is checked at world sizes {ONLY_AT[section]} only (torch's first use costs seconds)")
     if error is not None:
         pytest.fail(f"the world-size-{world_size} run failed:\n{error}", pytrace=False)
-    problems = []
-    for rank, res in enumerate(results):
-        if section not in res["ran"]:
-            problems.append(f"rank {rank}: section did not run")
-        problems.extend(res["failures"].get(section, []))
-    # Every rank must end with bit-identical results.
-    digests = [res["digests"].get(section, []) for res in results]
-    for rank in range(1, world_size):
-        for (name, d0), (_, dr) in zip(digests[0], digests[rank]):
-            if d0 != dr:
-                problems.append(f"{name}: rank {rank}'s result differs bitwise from rank 0's")
+    problems = section_problems(section, world_size, results)
     if problems:
         pytest.fail(f"{section} with world size {world_size}:\n" + "\n".join(problems), pytrace=False)

@@ -29,7 +29,7 @@ import torch.distributed as dist
 import symmetric_checks as collectives
 import symmetric_checks_heap as heap
 import symmetric_checks_views as views
-from collective_checks import Checker
+from collective_checks import Checker, section_problems
 from dist_utils import SHM_DIR, RankFailure, assert_no_new_shm, expect_error, launch, shm_entries
 
 ENV = {"TUNEDIST_SYMMETRIC_MIN_BYTES": "0"}
@@ -90,17 +90,7 @@ def test_symmetric(matrix, section):
         pytest.skip(f"{section} runs at world sizes {ONLY_AT[section]}")
     if error is not None:
         pytest.fail(f"the world-size-{world_size} run failed:\n{error}", pytrace=False)
-    problems = []
-    for rank, res in enumerate(results):
-        if section not in res["ran"]:
-            problems.append(f"rank {rank}: section did not run")
-        problems.extend(res["failures"].get(section, []))
-    # Every rank must end with bit-identical results (all_reduce, all_gather_into_tensor, broadcast).
-    digests = [res["digests"].get(section, []) for res in results]
-    for rank in range(1, world_size):
-        for (name, d0), (_, dr) in zip(digests[0], digests[rank]):
-            if d0 != dr:
-                problems.append(f"{name}: rank {rank}'s result differs bitwise from rank 0's")
+    problems = section_problems(section, world_size, results)
     if problems:
         pytest.fail(f"{section} with world size {world_size}:\n" + "\n".join(problems), pytrace=False)
 
