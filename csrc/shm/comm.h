@@ -180,6 +180,10 @@ class ShmComm {
     runOp(ctx, desc, body, body);
   }
   void startOp(const OpContext& ctx, const OpDesc& desc);
+  // Runs a zero-copy operation (shm/symmetric/): `desc` marked symmetric at `ref`, our heap's new chunks listed,
+  // then `zeroCopyBody`. With one rank, or when some rank's buffer is not symmetric, `copyBody` instead.
+  template <typename ZeroCopyBody, typename CopyBody>
+  void runSymmetric(const OpContext& ctx, OpDesc desc, HeapRef ref, ZeroCopyBody&& zeroCopyBody, CopyBody&& copyBody);
   // Thrown by checkDescs (not an error): ranks disagree only on running the zero-copy algorithm.
   struct RestartOnCopyPath {};
 
@@ -298,6 +302,26 @@ void ShmComm::runOp(const OpContext& ctx, const OpDesc& desc, Body&& body, CopyB
     abort(e.what(), failureKindOf(e));
     throw;
   }
+}
+
+template <typename ZeroCopyBody, typename CopyBody>
+void ShmComm::runSymmetric(const OpContext& ctx, OpDesc desc, HeapRef ref, ZeroCopyBody&& zeroCopyBody,
+                           CopyBody&& copyBody) {
+  if (size_ == 1) {
+    runOp(ctx, desc, copyBody);
+    return;
+  }
+  desc.symmetric = 1;
+  desc.symChunk = ref.chunk;
+  desc.symOffset = ref.offset;
+  runOp(
+      ctx, desc,
+      [&] {
+        syncHeaps(ctx);
+        zeroCopyBody();
+        heap_->countZeroCopy();
+      },
+      copyBody);
 }
 
 }  // namespace tunedist::shm

@@ -10,10 +10,7 @@ namespace tunedist::shm {
 //   3. publish (we have read every peer's output); wait for all, so no rank returns while a peer still reads its
 //      output.
 void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef) {
-  OpDesc desc = makeDesc(OpCode::kAllgather, ctx.seq, bytes, -1);
-  desc.symmetric = size_ > 1 ? 1 : 0;
-  desc.symChunk = outRef.chunk;
-  desc.symOffset = outRef.offset;
+  const OpDesc desc = makeDesc(OpCode::kAllgather, ctx.seq, bytes, -1);
   char* blocks = static_cast<char*>(out);
   auto copyPath = [&] {
     RankPtrs outs(size_);
@@ -22,14 +19,9 @@ void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t by
     }
     gatherBody(ctx, in, bytes, const_cast<void* const*>(outs.data()), -1);
   };
-  runOp(
-      ctx, desc,
+  runSymmetric(
+      ctx, desc, outRef,
       [&] {
-        if (size_ == 1) {
-          copyPath();
-          return;
-        }
-        syncHeaps(ctx);
         copyOwn(blocks + size_t(rank_) * bytes, in, bytes);
         // Step 1/2: block `rank` of our output holds our input; every peer may read it.
         syncRound(ctx);
@@ -40,7 +32,6 @@ void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t by
         }
         // Step 2/2: we have read every peer's output; each may return and reuse it.
         syncRound(ctx);
-        heap_->countZeroCopy();
       },
       copyPath);
 }

@@ -19,19 +19,11 @@ namespace tunedist::shm {
 // bit-identical on every rank and to the copying path.
 void ShmComm::allreduceSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t count, const ReduceArgs& args) {
   checkReduceSupported(args.dtype, args.op);
-  OpDesc desc = makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor);
-  desc.symmetric = size_ > 1 ? 1 : 0;
-  desc.symChunk = ref.chunk;
-  desc.symOffset = ref.offset;
-  runOp(
-      ctx, desc,
+  const OpDesc desc = makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor);
+  runSymmetric(
+      ctx, desc, ref,
       [&] {
-        if (size_ == 1) {
-          allreduceCopy(ctx, buf, buf, count, args);
-          return;
-        }
         const size_t es = dtypeSize(args.dtype);
-        syncHeaps(ctx);
         // Step 1/3: our buffer holds our input; every peer may read it.
         syncRound(ctx);
         std::vector<char*> bases(size_t(size_), nullptr);
@@ -56,7 +48,6 @@ void ShmComm::allreduceSymmetric(const OpContext& ctx, void* buf, HeapRef ref, s
         }
         // Step 3/3: we have read every peer's buffer; each may return and reuse it.
         syncRound(ctx);
-        heap_->countZeroCopy();
       },
       [&] { allreduceCopy(ctx, buf, buf, count, args); });
 }

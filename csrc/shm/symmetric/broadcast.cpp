@@ -11,18 +11,10 @@ namespace tunedist::shm {
 void ShmComm::broadcastSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root) {
   TD_CHECK(root >= 0 && root < size_, "tunedist: broadcast (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
            " is outside the group of ", size_);
-  OpDesc desc = makeDesc(OpCode::kBroadcast, ctx.seq, bytes, root);
-  desc.symmetric = size_ > 1 ? 1 : 0;
-  desc.symChunk = ref.chunk;
-  desc.symOffset = ref.offset;
-  runOp(
-      ctx, desc,
+  const OpDesc desc = makeDesc(OpCode::kBroadcast, ctx.seq, bytes, root);
+  runSymmetric(
+      ctx, desc, ref,
       [&] {
-        if (size_ == 1) {
-          broadcastBody(ctx, buf, bytes, root);
-          return;
-        }
-        syncHeaps(ctx);
         // Step 1/2: the root's buffer holds the data.
         syncRound(ctx);
         if (rank_ != root) {
@@ -30,7 +22,6 @@ void ShmComm::broadcastSymmetric(const OpContext& ctx, void* buf, HeapRef ref, s
         }
         // Step 2/2: we have read the root's buffer; it may return and reuse it.
         syncRound(ctx);
-        heap_->countZeroCopy();
       },
       [&] { broadcastBody(ctx, buf, bytes, root); });
 }

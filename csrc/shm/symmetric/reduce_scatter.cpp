@@ -12,10 +12,7 @@ namespace tunedist::shm {
 void ShmComm::reduceScatterSymmetric(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
                                      const ReduceArgs& args) {
   checkReduceSupported(args.dtype, args.op);
-  OpDesc desc = makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor);
-  desc.symmetric = size_ > 1 ? 1 : 0;
-  desc.symChunk = inRef.chunk;
-  desc.symOffset = inRef.offset;
+  const OpDesc desc = makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor);
   const size_t blockBytes = count * dtypeSize(args.dtype);
   const char* blocks = static_cast<const char*>(in);
   auto copyPath = [&] {
@@ -25,14 +22,9 @@ void ShmComm::reduceScatterSymmetric(const OpContext& ctx, const void* in, HeapR
     }
     reduceScatterBody(ctx, ins.data(), out, count, args);
   };
-  runOp(
-      ctx, desc,
+  runSymmetric(
+      ctx, desc, inRef,
       [&] {
-        if (size_ == 1) {
-          copyPath();
-          return;
-        }
-        syncHeaps(ctx);
         // Step 1/2: our input is complete; every peer may read its block of it.
         syncRound(ctx);
         RankPtrs srcs(size_);
@@ -43,7 +35,6 @@ void ShmComm::reduceScatterSymmetric(const OpContext& ctx, const void* in, HeapR
         tunedist::shm::reduce(args, out, srcs.data(), size_, count);
         // Step 2/2: we have read every peer's input; each may return and reuse it.
         syncRound(ctx);
-        heap_->countZeroCopy();
       },
       copyPath);
 }
