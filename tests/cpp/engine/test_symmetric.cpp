@@ -196,7 +196,7 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
       // all_gather into a symmetric output, the input being our own block (FSDP2's in-place all-gather).
       auto* out = static_cast<uint8_t*>(heap.allocate(std::max<size_t>(bytes * size_t(p.size()), 1)));
       const std::vector<uint8_t> mine = patternBytes(r, bytes, 5);
-      std::memcpy(out + size_t(r) * bytes, mine.data(), bytes);
+      std::copy(mine.begin(), mine.end(), out + size_t(r) * bytes);
       p.comm.allgatherSymmetric(p.op("all_gather"), out + size_t(r) * bytes, bytes, out,
                                 refOf(heap, out, bytes * size_t(p.size())));
       for (int q = 0; q < p.size(); ++q) {
@@ -223,7 +223,7 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
       // broadcast from every root.
       for (int root = 0; root < p.size(); ++root) {
         const std::vector<uint8_t> data = patternBytes(r, bytes, 9);
-        std::memcpy(out, data.data(), bytes);
+        std::copy(data.begin(), data.end(), out);
         p.comm.broadcastSymmetric(p.op("broadcast"), out, refOf(heap, out, bytes), bytes, root);
         checkPattern("broadcast " + what, r, out, bytes, root, 9);
       }
