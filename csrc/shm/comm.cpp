@@ -100,11 +100,8 @@ ShmComm::ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, Shm
 }
 
 ShmComm::~ShmComm() {
-  unlinkHeapNames();
-  if (failed() && heap_ != nullptr) {
-    // Again at the end: a peer that died during the failure may not have been a zombie yet at abort().
-    ShmSegment::sweepDeadOwners(options_.shmDir, "heap");
-  }
+  // Orphans again after a failure: a peer that died during it may not have been a zombie yet at abort().
+  dropHeapNames(failed());
   stopHeartbeat_.store(true);
   {
     std::lock_guard<std::mutex> lock(heartbeatMutex_);
@@ -309,12 +306,8 @@ void ShmComm::abort(const std::string& reason, FailureKind kind) {
       // The store is gone (its host process exited); peers then fail on the store themselves.
     }
   }
-  // Nobody maps a heap chunk of a failed group again: drop the names now, in case this process is killed next, and
-  // those of peers that died before anybody mapped their chunks (the table may not even list them yet).
-  unlinkHeapNames();
-  if (heap_ != nullptr) {
-    ShmSegment::sweepDeadOwners(options_.shmDir, "heap");
-  }
+  // Nobody maps a heap chunk of a failed group again: drop the names now, in case this process is killed next.
+  dropHeapNames(true);
   if (header == nullptr) {
     return;
   }

@@ -201,10 +201,13 @@ class ShmComm {
   char* peerBuffer(const OpContext& ctx, int p, size_t bytes);
   char* mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk);
   // Removes the names of every chunk this rank knows of (its own and its peers'): the group has ended or failed,
-  // nobody will map them again. Never throws.
-  void unlinkHeapNames() noexcept;
-  HeapTable& heapTable(int rank) const {
-    return reinterpret_cast<HeapTable*>(reinterpret_cast<char*>(header_) + geometry_.heapOffset)[rank];
+  // nobody will map them again. With `orphansToo`, also every unheld chunk name whose creator has exited
+  // (ShmSegment::sweepDeadOwners): a peer that died before anybody mapped its chunks, which no table may list yet.
+  // Any thread. Never throws.
+  void dropHeapNames(bool orphansToo) noexcept;
+  HeapTable& heapTable(int rank) const { return heapTableIn(header_, rank); }
+  HeapTable& heapTableIn(SegmentHeader* header, int rank) const {
+    return reinterpret_cast<HeapTable*>(reinterpret_cast<char*>(header) + geometry_.heapOffset)[rank];
   }
   // One round with no data: publish; wait for all (the caller's comment says what the step hands over).
   void syncRound(const OpContext& ctx);

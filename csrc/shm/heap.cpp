@@ -62,7 +62,7 @@ void* SymmetricHeap::allocate(size_t request) {
              "TUNEDIST_SYMMETRIC_HEAP_BYTES (and give /dev/shm room for it)");
     auto chunk = std::make_unique<Chunk>();
     try {
-      chunk->segment = ShmSegment::create(ShmSegment::tagWithPid("heap"), chunkBytes, options_.shmDir);
+      chunk->segment = ShmSegment::create(ShmSegment::tagWithPid(HeapOptions::kChunkTag), chunkBytes, options_.shmDir);
     } catch (const std::exception& e) {
       TD_CHECK(false, "tunedist: symmetric allocation of ", request, " bytes on ", owner_, " needs a new ", chunkBytes,
                "-byte chunk of shared memory: ", e.what(),

@@ -30,6 +30,8 @@ namespace tunedist::shm {
 
 struct HeapOptions {
   static constexpr size_t kAlignment = 256;
+  // The tag of every chunk's name (with the creator's pid: ShmSegment::tagWithPid, sweepDeadOwners).
+  static constexpr const char* kChunkTag = "heap";
 
   // Smallest chunk the heap creates (TUNEDIST_SYMMETRIC_CHUNK_BYTES); a larger request gets a chunk of its own size.
   size_t chunkBytes = ShmOptions::kDefaultSymmetricChunkBytes;

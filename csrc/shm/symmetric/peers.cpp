@@ -2,6 +2,7 @@
 // and every chunk's name removed as soon as nobody needs it (layout.h HeapTable, heap.h).
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -34,9 +35,10 @@ void ShmComm::syncHeaps(const OpContext& ctx) {
     if (p == rank_) {
       continue;
     }
-    const uint32_t listed = heapTable(p).chunks.load(std::memory_order_acquire);
-    for (uint32_t c = uint32_t(peerChunks_[size_t(p)].size()); c < listed && c < uint32_t(kMaxHeapChunks); ++c) {
-      mapPeerChunk(ctx, p, c);
+    // mapPeerChunk maps every chunk up to the one asked for.
+    const uint32_t listed = std::min(heapTable(p).chunks.load(std::memory_order_acquire), uint32_t(kMaxHeapChunks));
+    if (listed > peerChunks_[size_t(p)].size()) {
+      mapPeerChunk(ctx, p, listed - 1);
     }
   }
 }
@@ -97,19 +99,28 @@ char* ShmComm::peerBuffer(const OpContext& ctx, int p, size_t bytes) {
   return base + d.symOffset;
 }
 
-void ShmComm::unlinkHeapNames() noexcept {
-  if (heap_ != nullptr) {
-    for (size_t i = 0; i < heap_->chunkCount(); ++i) {
-      heap_->unlinkChunk(i);
+void ShmComm::dropHeapNames(bool orphansToo) noexcept {
+  if (heap_ == nullptr) {
+    return;  // no heap here; a peer's chunks are then never named in our operations either
+  }
+  for (size_t i = 0; i < heap_->chunkCount(); ++i) {
+    heap_->unlinkChunk(i);
+  }
+  if (orphansToo) {
+    try {
+      ShmSegment::sweepDeadOwners(options_.shmDir, HeapOptions::kChunkTag);
+    } catch (...) {
+      // Left to the next job's start-up sweep.
     }
   }
+  // header_ is the executor's; abort() may run on another thread, so read the published one.
   SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
   if (header == nullptr) {
     return;
   }
   const std::string prefix = "/" + ShmSegment::userPrefix();
   for (int p = 0; p < size_; ++p) {
-    HeapTable& table = reinterpret_cast<HeapTable*>(reinterpret_cast<char*>(header) + geometry_.heapOffset)[p];
+    HeapTable& table = heapTableIn(header, p);
     const uint32_t listed = std::min(table.chunks.load(std::memory_order_acquire), uint32_t(kMaxHeapChunks));
     for (uint32_t c = 0; c < listed; ++c) {
       HeapChunkEntry& e = table.entry[c];
