@@ -1,5 +1,7 @@
 #include "core/options.h"
 
+#include <sched.h>
+
 #include "core/env.h"
 #include "core/error.h"
 
@@ -35,6 +37,16 @@ ShmOptions ShmOptions::fromEnv() {
   }
   o.validate();
   return o;
+}
+
+size_t ShmOptions::symmetricMinBytesFor(int ranksOnHost) const {
+  if (symmetricMinBytes) {
+    return *symmetricMinBytes;
+  }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return ranksOnHost <= cores ? kDefaultSymmetricMinBytes : kOversubscribedSymmetricMinBytes;
 }
 
 void ShmOptions::validate() const {

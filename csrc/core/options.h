@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace tunedist::shm {
 
@@ -18,6 +19,7 @@ struct ShmOptions {
   static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
   static constexpr std::chrono::seconds kDefaultSweepMinAge{30};
   static constexpr size_t kDefaultSymmetricMinBytes = size_t(256) << 10;
+  static constexpr size_t kOversubscribedSymmetricMinBytes = size_t(2) << 20;
   static constexpr size_t kDefaultSymmetricChunkBytes = size_t(64) << 20;
   static constexpr size_t kDefaultSymmetricHeapBytes = size_t(16) << 30;
 
@@ -45,8 +47,8 @@ struct ShmOptions {
   std::chrono::seconds sweepMinAge = kDefaultSweepMinAge;
   // Symmetric buffers (shm/heap.h, shm/symmetric/): collectives of at least this many bytes on buffers from the
   // group's symmetric heap run zero-copy; smaller ones take the copying path, whose one-shot algorithm needs one
-  // synchronisation where the zero-copy ones need two or three.
-  size_t symmetricMinBytes = kDefaultSymmetricMinBytes;
+  // synchronisation where the zero-copy ones need two. Unset: symmetricMinBytesFor() chooses per group.
+  std::optional<size_t> symmetricMinBytes;
   // The heap grows in chunks of at least this many bytes, up to symmetricHeapBytes per rank and group.
   size_t symmetricChunkBytes = kDefaultSymmetricChunkBytes;
   size_t symmetricHeapBytes = kDefaultSymmetricHeapBytes;
@@ -57,6 +59,13 @@ struct ShmOptions {
   static ShmOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.
   void validate() const;
+  // The zero-copy threshold of a group with `ranksOnHost` ranks here: symmetricMinBytes when set, else
+  // kDefaultSymmetricMinBytes (256 KiB) when those ranks fit the CPUs this process may run on, and
+  // kOversubscribedSymmetricMinBytes (2 MiB) when they do not. Measured on 2 cores (docs/records/issue15/): at 2
+  // ranks zero-copy wins from 256 KiB; at 3 and 4 ranks, where every synchronisation may wait for a rank to be
+  // scheduled, it takes up to 1.9x the copying time at 256-512 KiB, 0.7-1.2x at 1 MiB, and 0.55-0.89x for every op
+  // from 2 MiB.
+  size_t symmetricMinBytesFor(int ranksOnHost) const;
 };
 
 // Tunables of a group that spans several hosts (backend/engine/hier).

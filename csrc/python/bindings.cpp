@@ -216,7 +216,8 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "symmetric_heap_stats",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
-        const auto s = tunedBackend(backend, "symmetric_heap_stats").cpu().heapStats();
+        const auto& cpu = tunedBackend(backend, "symmetric_heap_stats").cpu();
+        const auto s = cpu.heapStats();
         py::dict d;
         d["reserved_bytes"] = s.reservedBytes;
         d["in_use_bytes"] = s.inUseBytes;
@@ -226,6 +227,7 @@ PYBIND11_MODULE(_C, m) {
         d["chunk_creations"] = s.chunkCreations;
         d["zero_copy_ops"] = s.zeroCopyOps;
         d["copy_restarts"] = s.copyRestarts;
+        d["min_bytes"] = cpu.symmetricMinBytes();
         return d;
       },
       py::arg("backend"));

@@ -13,7 +13,8 @@ Contenders (tunedist.bench_contenders): each name in --backends is a c10d backen
 with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset), or `tuned+sym`, a tuned group of its
 own whose buffers (every tensor passed to the op: out-of-place inputs and outputs too) come from that group's
 symmetric heap (tunedist.symmetric_empty) instead of torch.empty, so that a point whose S is at least
-TUNEDIST_SYMMETRIC_MIN_BYTES (default 256 KiB) runs zero-copy (tunedist.symmetric). The conventions follow nccl-tests
+the group's zero-copy threshold (TUNEDIST_SYMMETRIC_MIN_BYTES; by default 256 KiB, or 2 MiB where the ranks
+outnumber the cores) runs zero-copy (tunedist.symmetric). The conventions follow nccl-tests
 (doc/PERFORMANCE.md; docs/anchors.md part 1, sections 7 and 8):
 - Interleaving: at each point (op, variant, size) every contender is checked and warmed up, then the contenders take
   turns, one timed loop each, for --rounds rounds (A B C A B C ...), so load drift on a shared machine hits them
@@ -106,7 +107,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog="Run it under torchrun; rank 0 prints. Conventions: see the module docstring.")
     p.add_argument("--backends", type=_csv(None, "backend"), default=["tuned", "gloo"],
                    help="comma-separated CPU c10d backends, deepspeed and/or tuned+sym (a tuned group on buffers "
-                        "from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, default 256K), all "
+                        "from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, default 256K, 2M with more ranks than cores), all "
                         "measured in this run, interleaved; the summary compares each with the first (default "
                         "tuned,gloo)")
     p.add_argument("--ops", type=_csv(OPS, "op"), default=list(OPS), help="comma-separated, default all four")

@@ -29,8 +29,6 @@ import tunedist
 
 DEEPSPEED = "deepspeed"
 TUNED_SYM = "tuned+sym"
-# csrc/core/options.h kDefaultSymmetricMinBytes: the least buffer (S, as the bench defines it) that runs zero-copy.
-SYMMETRIC_MIN_BYTES_ENV, SYMMETRIC_MIN_BYTES_DEFAULT = "TUNEDIST_SYMMETRIC_MIN_BYTES", 256 << 10
 PROBED_VERSION = "0.19.8"
 # What benchmarks/probe_deepspeed.py measured (records: docs/records/bench_ds/*probe*), printed when deepspeed runs.
 DEEPSPEED_NOTES = (
@@ -137,7 +135,9 @@ class Contender:
 def make(name: str) -> Contender:
     """The contender `name`: deepspeed, tuned+sym, or else a c10d backend (every rank, after init_process_group)."""
     if name == TUNED_SYM:
-        return Contender(name, SymmetricComm(), info={"min_bytes": symmetric_min_bytes()})
+        comm = SymmetricComm()
+        # The least buffer (S, as the bench defines it) that runs zero-copy, as the backend chose it for the group.
+        return Contender(name, comm, info={"min_bytes": comm.heap_stats()["min_bytes"]})
     if name != DEEPSPEED:
         return Contender(name, C10dComm(name))
     comm = DeepSpeedComm()
@@ -194,12 +194,6 @@ def _has_kernel() -> bool:
         return hasattr(torch.ops.deepspeed, "inference_all_reduce_")
     except (AttributeError, RuntimeError):
         return False
-
-
-def symmetric_min_bytes() -> int:
-    """The least S that runs zero-copy, as the backend reads it (TUNEDIST_SYMMETRIC_MIN_BYTES, else its default)."""
-    value = _env_int(SYMMETRIC_MIN_BYTES_ENV)
-    return SYMMETRIC_MIN_BYTES_DEFAULT if value is None else value
 
 
 def symmetric_problem(device: str) -> str | None:

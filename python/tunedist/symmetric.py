@@ -11,8 +11,8 @@ collectives (tensor-parallel inference, custom training loops)::
     dist.all_reduce(buf)                                             # zero-copy when every rank's buffer is symmetric
 
 A collective runs zero-copy when every rank's buffer is symmetric (an all_gather's output, a reduce_scatter's input,
-an all_reduce's or a broadcast's tensor), contiguous, and at least ``TUNEDIST_SYMMETRIC_MIN_BYTES`` (default 256 KiB)
-long; otherwise, on any rank, every rank takes the copying path, with the same results. Symmetric tensors are
+an all_reduce's or a broadcast's tensor), contiguous, and at least ``TUNEDIST_SYMMETRIC_MIN_BYTES`` long (by default 256 KiB,
+and 2 MiB where the host's ranks outnumber the cores they may run on: ``symmetric_heap_stats()['min_bytes']``); otherwise, on any rank, every rank takes the copying path, with the same results. Symmetric tensors are
 ordinary CPU tensors: views, slices and reuse after ``wait()`` are safe. The heap grows in chunks of
 ``TUNEDIST_SYMMETRIC_CHUNK_BYTES`` (default 64 MiB) up to ``TUNEDIST_SYMMETRIC_HEAP_BYTES`` (default 16 GiB) per rank
 and group, each chunk reserved in /dev/shm when it is created; freed tensors return to the heap, which keeps its
@@ -68,7 +68,8 @@ def is_symmetric(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -
 
 def symmetric_heap_stats(group: dist.ProcessGroup | None = None) -> dict[str, int]:
     """This rank's heap of `group`: reserved_bytes, in_use_bytes, peak_in_use_bytes, chunks, allocations and
-    chunk_creations (allocations that needed a new chunk: the rest came from the cache)."""
+    chunk_creations (allocations that needed a new chunk: the rest came from the cache); min_bytes, the least buffer
+    that runs zero-copy on this group (when it is on one host)."""
     from . import _C  # noqa: PLC0415
 
     return dict(_C.symmetric_heap_stats(_cpu_backend(group, "symmetric_heap_stats")))

@@ -186,11 +186,15 @@ def _check_subgroup(c: Checker) -> None:
 
 
 def _check_default_threshold(c: Checker) -> None:
-    """Without TUNEDIST_SYMMETRIC_MIN_BYTES, buffers under 256 KiB take the copying path."""
+    """Without TUNEDIST_SYMMETRIC_MIN_BYTES, the threshold is 256 KiB where the ranks fit this process's CPUs and
+    2 MiB where they do not (ShmOptions::symmetricMinBytesFor); below it buffers take the copying path."""
     w, rank = c.world_size, c.rank
     with patched_environ({MIN_BYTES_VAR: None}):
         g = dist.new_group(backend="tuned")
-    for n, zero_copy in ((1000, 0), (65_535, 0), (65_536, 1)):
+    expected = (256 << 10) if w <= len(os.sched_getaffinity(0)) else (2 << 20)
+    min_bytes = tunedist.symmetric_heap_stats(g)["min_bytes"]
+    c.true(min_bytes == expected, f"default zero-copy threshold at {w} ranks: {min_bytes} B, expected {expected} B")
+    for n, zero_copy in ((1000, 0), (expected // 4 - 1, 0), (expected // 4, 1)):
         inputs = [make_input(torch.float32, n, r, "thr") for r in range(w)]
         t = sym_copy(inputs[rank], group=g)
         what = f"all_reduce of {4 * n} symmetric bytes with the default threshold"

@@ -4,11 +4,12 @@
 
 namespace tunedist {
 
-SymmetricHost::SymmetricHost(std::unique_ptr<shm::ShmComm> comm) : comm_(comm.get()), copying_(std::move(comm)) {}
+SymmetricHost::SymmetricHost(std::unique_ptr<shm::ShmComm> comm)
+    : comm_(comm.get()), minBytes_(comm->options().symmetricMinBytesFor(comm->size())), copying_(std::move(comm)) {}
 
 bool SymmetricHost::symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) const {
   const auto& heap = comm_->heap();
-  return heap != nullptr && comm_->size() > 1 && bytes >= comm_->options().symmetricMinBytes &&
+  return heap != nullptr && comm_->size() > 1 && bytes >= minBytes_ &&
          heap->locate(ptr, bytes, ref);
 }
 

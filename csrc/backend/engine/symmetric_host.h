@@ -1,6 +1,6 @@
 // SymmetricHost: the HostCollectives of a one-host group whose ranks may allocate from a symmetric heap
 // (shm/heap.h; Backend::allocateTensor, tunedist.symmetric_empty). A collective whose buffer lies in this rank's
-// heap, large enough to gain (ShmOptions::symmetricMinBytes), runs the zero-copy algorithm (shm/symmetric/), which
+// heap, large enough to gain (ShmOptions::symmetricMinBytesFor), runs the zero-copy algorithm (shm/symmetric/), which
 // reads and writes peers' buffers directly; every other call is the copying engine's (OneHost). Ranks need not
 // decide alike: the first round agrees, and when some buffers are symmetric and some not, every rank runs the
 // copying algorithm (ShmComm::runOp).
@@ -49,6 +49,7 @@ class SymmetricHost final : public HostCollectives {
   static bool consecutive(const std::vector<at::Tensor>& blocks, size_t bytes);
 
   shm::ShmComm* comm_;
+  size_t minBytes_;  // ShmOptions::symmetricMinBytesFor(ranks)
   OneHost copying_;
 };
 

@@ -1,14 +1,18 @@
-// all_gather into a symmetric output: every rank copies each peer's block straight out of the peer's output.
+// all_gather into symmetric outputs: every rank writes its input straight into every peer's output.
 #include "core/error.h"
 #include "shm/comm.h"
 
 namespace tunedist::shm {
 
-//   1. put our input into block `rank` of our output (nothing to do for FSDP2's in-place all-gather, whose input
-//      is that block); publish; wait for all; the descriptors agree that every output is symmetric;
-//   2. copy block q of each peer q's output into block q of ours;
-//   3. publish (we have read every peer's output); wait for all, so no rank returns while a peer still reads its
-//      output.
+//   1. publish (we are in the operation: peers may write into our output); wait for all; the descriptors agree that
+//      every output is symmetric;
+//   2. write our input into block `rank` of every rank's output: ours (nothing to do for FSDP2's in-place
+//      all-gather, whose input is that block) and each peer's, with streaming stores;
+//   3. publish (our block is in every output); wait for all: every output is complete, and no rank returns while a
+//      peer still writes into its output.
+// Pushing reads our input (local, often still in cache) instead of a peer's freshly written block out of the
+// peer's cache. Our input must not overlap a peer's block of our output, which peers write meanwhile (the backend
+// passes a copy of such an input: ops::unaliasedSource).
 void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef) {
   const OpDesc desc = makeDesc(OpCode::kAllgather, ctx.seq, bytes, -1);
   char* blocks = static_cast<char*>(out);
@@ -22,15 +26,15 @@ void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t by
   runSymmetric(
       ctx, desc, outRef,
       [&] {
-        copyOwn(blocks + size_t(rank_) * bytes, in, bytes);
-        // Step 1/2: block `rank` of our output holds our input; every peer may read it.
+        // Step 1/2: every rank is in the operation; its output may be written.
         syncRound(ctx);
         for (int q = 0; q < size_; ++q) {
           if (q != rank_) {
-            copyBytes(blocks + size_t(q) * bytes, peerBuffer(ctx, q, size_t(size_) * bytes) + size_t(q) * bytes, bytes);
+            copyBytes(peerBuffer(ctx, q, size_t(size_) * bytes) + size_t(rank_) * bytes, in, bytes);
           }
         }
-        // Step 2/2: we have read every peer's output; each may return and reuse it.
+        copyOwn(blocks + size_t(rank_) * bytes, in, bytes);
+        // Step 2/2: our block is in every output; once all have arrived, every output is complete.
         syncRound(ctx);
       },
       copyPath);

@@ -1,5 +1,5 @@
-// all_reduce on symmetric buffers: every rank reduces its slice reading the peers' buffers in place, then copies
-// the peers' reduced slices straight out of their buffers. No slot, no staging copy.
+// all_reduce on symmetric buffers: every rank reduces its slice reading the peers' buffers in place and writes the
+// result straight into every buffer. No slot, no staging copy, two synchronisations.
 #include <algorithm>
 
 #include "core/error.h"
@@ -7,15 +7,22 @@
 
 namespace tunedist::shm {
 
-// With the buffer cut into P cache-line-aligned slices and slice q reduced by rank q:
+namespace {
+// The reduce-then-push unit: small enough that the reduced block is still in this core's cache when it is
+// streamed to the peers, large enough that the per-block calls cost nothing measurable.
+constexpr size_t kPushBlockBytes = size_t{64} << 10;
+}  // namespace
+
+// With the buffer cut into P cache-line-aligned slices and slice q owned by rank q (only rank q reads or writes
+// slice q of any buffer between the two synchronisations, so every step below is race-free):
 //   1. publish (our buffer holds our input); wait for all; the descriptors agree that every buffer is symmetric;
-//   2. reduce slice `rank` of every rank's buffer, in rank order 0..P-1, into slice `rank` of our buffer (only we
-//      read that slice of any buffer in this step, so reducing in place is safe);
-//   3. publish (our slice holds the result); wait for all;
-//   4. copy every peer's reduced slice from its buffer into ours;
-//   5. publish (we have read every peer's buffer); wait for all, so no rank returns while a peer still reads its
-//      buffer: a tensor the caller reuses right after wait() is safe.
-// Each element is reduced once, over ranks 0..P-1 in order, as in the copying algorithms: results are
+//   2. block by block through slice `rank`: reduce the block of every rank's buffer, in rank order 0..P-1, into
+//      our buffer (in place), then stream the result into the same block of every peer's buffer;
+//   3. publish (we have read every peer's slice `rank` and written our result into it); wait for all: every
+//      buffer now holds every slice's result, and no rank returns while a peer still reads or writes its buffer
+//      (a tensor the caller reuses right after wait() is safe).
+// Each rank reads N bytes and writes N (the 3-round variant that copied peers' reduced slices out moved
+// N(3P-1)/P). Each element is reduced once, over ranks 0..P-1 in order, as in the copying algorithms: results are
 // bit-identical on every rank and to the copying path.
 void ShmComm::allreduceSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t count, const ReduceArgs& args) {
   checkReduceSupported(args.dtype, args.op);
@@ -24,29 +31,32 @@ void ShmComm::allreduceSymmetric(const OpContext& ctx, void* buf, HeapRef ref, s
       ctx, desc, ref,
       [&] {
         const size_t es = dtypeSize(args.dtype);
-        // Step 1/3: our buffer holds our input; every peer may read it.
+        // Step 1/2: our buffer holds our input; every peer may read and write its slice of it.
         syncRound(ctx);
         std::vector<char*> bases(size_t(size_), nullptr);
         for (int p = 0; p < size_; ++p) {
           bases[size_t(p)] = p == rank_ ? static_cast<char*>(buf) : peerBuffer(ctx, p, count * es);
         }
         const size_t slice = roundUp((count + size_t(size_) - 1) / size_t(size_) * es, kCacheLine) / es;
-        auto begin = [&](int q) { return std::min(size_t(q) * slice, count); };
-        auto end = [&](int q) { return std::min(size_t(q + 1) * slice, count); };
+        const size_t first = std::min(size_t(rank_) * slice, count);
+        const size_t last = std::min(first + slice, count);
+        const size_t block = std::max<size_t>(1, kPushBlockBytes / es);
         RankPtrs srcs(size_);
-        for (int p = 0; p < size_; ++p) {
-          srcs[p] = bases[size_t(p)] + begin(rank_) * es;
-        }
-        tunedist::shm::reduce(args, bases[size_t(rank_)] + begin(rank_) * es, srcs.data(), size_,
-                              end(rank_) - begin(rank_));
-        // Step 2/3: slice `rank` of our buffer holds the result; every peer may copy it.
-        syncRound(ctx);
-        for (int q = 0; q < size_; ++q) {
-          if (q != rank_) {
-            copyBytes(bases[size_t(rank_)] + begin(q) * es, bases[size_t(q)] + begin(q) * es, (end(q) - begin(q)) * es);
+        for (size_t b = first; b < last; b += block) {
+          const size_t n = std::min(block, last - b);
+          for (int p = 0; p < size_; ++p) {
+            srcs[p] = bases[size_t(p)] + b * es;
+          }
+          char* mine = bases[size_t(rank_)] + b * es;
+          tunedist::shm::reduce(args, mine, srcs.data(), size_, n);
+          for (int q = 0; q < size_; ++q) {
+            if (q != rank_) {
+              copyBytes(bases[size_t(q)] + b * es, mine, n * es);
+            }
           }
         }
-        // Step 3/3: we have read every peer's buffer; each may return and reuse it.
+        // Step 2/2: every buffer holds our slice's result and we read none of them any more; once all have
+        // arrived, every buffer is complete and each rank may return and reuse it.
         syncRound(ctx);
       },
       [&] { allreduceCopy(ctx, buf, buf, count, args); });
