@@ -107,9 +107,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog="Run it under torchrun; rank 0 prints. Conventions: see the module docstring.")
     p.add_argument("--backends", type=_csv(None, "backend"), default=["tuned", "gloo"],
                    help="comma-separated CPU c10d backends, deepspeed and/or tuned+sym (a tuned group on buffers "
-                        "from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, default 256K, 2M with more ranks than cores), all "
-                        "measured in this run, interleaved; the summary compares each with the first (default "
-                        "tuned,gloo)")
+                        "from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, default 256K, 2M with "
+                        "more ranks than cores), all measured in this run, interleaved; the summary compares each "
+                        "with the first (default tuned,gloo)")
     p.add_argument("--ops", type=_csv(OPS, "op"), default=list(OPS), help="comma-separated, default all four")
     p.add_argument("-b", "--min-bytes", type=parse_size, default=8)
     p.add_argument("-e", "--max-bytes", type=parse_size, default=256 << 20)
