@@ -11,9 +11,10 @@ collectives (tensor-parallel inference, custom training loops)::
     dist.all_reduce(buf)                                             # zero-copy when every rank's buffer is symmetric
 
 A collective runs zero-copy when every rank's buffer is symmetric (an all_gather's output, a reduce_scatter's input,
-an all_reduce's or a broadcast's tensor), contiguous, and at least ``TUNEDIST_SYMMETRIC_MIN_BYTES`` long (by default 256 KiB,
-and 2 MiB where the host's ranks outnumber the cores they may run on: ``symmetric_heap_stats()['min_bytes']``); otherwise, on any rank, every rank takes the copying path, with the same results. Symmetric tensors are
-ordinary CPU tensors: views, slices and reuse after ``wait()`` are safe. The heap grows in chunks of
+an all_reduce's or a broadcast's tensor), contiguous, and at least ``TUNEDIST_SYMMETRIC_MIN_BYTES`` long (by default
+256 KiB, and 2 MiB where the host's ranks outnumber the cores they may run on; ``symmetric_heap_stats()`` reports it
+as ``min_bytes``); otherwise, on any rank, every rank takes the copying path, with the same results. Symmetric tensors
+are ordinary CPU tensors: views, slices and reuse after ``wait()`` are safe. The heap grows in chunks of
 ``TUNEDIST_SYMMETRIC_CHUNK_BYTES`` (default 64 MiB) up to ``TUNEDIST_SYMMETRIC_HEAP_BYTES`` (default 16 GiB) per rank
 and group, each chunk reserved in /dev/shm when it is created; freed tensors return to the heap, which keeps its
 chunks until the group and every tensor from it are gone.

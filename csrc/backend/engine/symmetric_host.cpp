@@ -9,8 +9,7 @@ SymmetricHost::SymmetricHost(std::unique_ptr<shm::ShmComm> comm)
 
 bool SymmetricHost::symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) const {
   const auto& heap = comm_->heap();
-  return heap != nullptr && comm_->size() > 1 && bytes >= minBytes_ &&
-         heap->locate(ptr, bytes, ref);
+  return heap != nullptr && comm_->size() > 1 && bytes >= minBytes_ && heap->locate(ptr, bytes, ref);
 }
 
 bool SymmetricHost::consecutive(const std::vector<at::Tensor>& blocks, size_t bytes) {
