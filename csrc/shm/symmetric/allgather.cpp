@@ -1,5 +1,6 @@
 // all_gather into symmetric outputs: every rank writes its input straight into every peer's output.
-#include <cstring>
+#include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 #include "shm/comm.h"
@@ -13,21 +14,15 @@ namespace {
 // from 0.68-0.75 to 0.64-0.69 of the copying path's time; streaming at 1 MiB too was slower (0.64-0.70 against
 // 0.47-0.52).
 constexpr size_t kStreamOwnBlockBytes = size_t{4} << 20;
-
-void copyOwnBlock(char* dst, const void* in, size_t bytes) {
-  const char* src = static_cast<const char*>(in);
-  if (bytes >= kStreamOwnBlockBytes && (src + bytes <= dst || dst + bytes <= src)) {
-    copyBytes(dst, src, bytes);
-  } else if (dst != src) {
-    std::memmove(dst, src, bytes);  // in place: nothing to do; a partial overlap: memmove
-  }
-}
+// The input goes to every destination 64 KiB at a time, so it is read from memory once and from cache for the
+// other destinations: 64 MiB out of place went from 0.64-0.69 to 0.51-0.54 of the copying path's time (3 runs each).
+constexpr size_t kPushBlockBytes = size_t{64} << 10;
 }  // namespace
 
 //   1. publish (we are in the operation: peers may write into our output); wait for all; the descriptors agree that
 //      every output is symmetric;
 //   2. write our input into block `rank` of every rank's output: ours (nothing to do for FSDP2's in-place
-//      all-gather, whose input is that block) and each peer's, with streaming stores;
+//      all-gather, whose input is that block) and each peer's, with streaming stores, 64 KiB of input at a time;
 //   3. publish (our block is in every output); wait for all: every output is complete, and no rank returns while a
 //      peer still writes into its output.
 // Pushing reads our input (local, often still in cache) instead of a peer's freshly written block out of the
@@ -48,12 +43,29 @@ void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t by
       [&] {
         // Step 1/2: every rank is in the operation; its output may be written.
         syncRound(ctx);
+        const char* src = static_cast<const char*>(in);
+        char* own = blocks + size_t(rank_) * bytes;
+        const bool streamOwn = bytes >= kStreamOwnBlockBytes && (src + bytes <= own || own + bytes <= src);
+        std::vector<char*> peers(size_t(size_), nullptr);  // block `rank` of each peer's output
         for (int q = 0; q < size_; ++q) {
           if (q != rank_) {
-            copyBytes(peerBuffer(ctx, q, size_t(size_) * bytes) + size_t(rank_) * bytes, in, bytes);
+            peers[size_t(q)] = peerBuffer(ctx, q, size_t(size_) * bytes) + size_t(rank_) * bytes;
           }
         }
-        copyOwnBlock(blocks + size_t(rank_) * bytes, in, bytes);
+        for (size_t off = 0; off < bytes; off += kPushBlockBytes) {
+          const size_t n = std::min(kPushBlockBytes, bytes - off);
+          for (int q = 0; q < size_; ++q) {
+            if (q != rank_) {
+              copyBytes(peers[size_t(q)] + off, src + off, n);
+            }
+          }
+          if (streamOwn) {
+            copyBytes(own + off, src + off, n);
+          }
+        }
+        if (!streamOwn) {
+          copyOwn(own, src, bytes);  // cached; nothing to do in place; memmove for a partial overlap
+        }
         // Step 2/2: our block is in every output; once all have arrived, every output is complete.
         syncRound(ctx);
       },
