@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+
 #include "core/env.h"
 #include "core/error.h"
 
@@ -13,6 +15,7 @@ ShmOptions ShmOptions::fromEnv() {
   }
   if (auto v = envNonNegativeInt("TUNEDIST_ONESHOT_MAX_BYTES")) {
     o.oneShotMaxBytes = size_t(*v);
+    o.halfOneShotMaxBytes = size_t(*v);
   }
   if (auto v = envNonNegativeInt("TUNEDIST_SPIN_ITERS")) {
     o.spinIters = int(*v);
@@ -49,6 +52,11 @@ size_t ShmOptions::symmetricMinBytesFor(int ranksOnHost) const {
   return ranksOnHost <= cores ? kDefaultSymmetricMinBytes : kOversubscribedSymmetricMinBytes;
 }
 
+size_t ShmOptions::oneShotMaxBytesFor(DType dtype) const {
+  const bool half = dtype == DType::kBFloat16 || dtype == DType::kFloat16;
+  return std::min({oneShotMaxBytes, half ? halfOneShotMaxBytes : oneShotMaxBytes, slotBytes});
+}
+
 void ShmOptions::validate() const {
   TD_CHECK(slotBytes >= 4096 && slotBytes % 4096 == 0, "tunedist: slotBytes (TUNEDIST_SLOT_BYTES) must be a multiple ",
            "of 4096 and at least 4096, got ", slotBytes);
@@ -72,8 +80,16 @@ CrossHostOptions CrossHostOptions::fromEnv() {
 }
 
 void CrossHostOptions::validate() const {
-  TD_CHECK(chunkBytes >= 4096, "tunedist: the cross-host chunk (TUNEDIST_CROSS_HOST_CHUNK_BYTES) must be at least ",
-           "4096 bytes, got ", chunkBytes);
+  TD_CHECK(!chunkBytes || *chunkBytes >= 4096,
+           "tunedist: the cross-host chunk (TUNEDIST_CROSS_HOST_CHUNK_BYTES) must be at least 4096 bytes, got ",
+           chunkBytes.value_or(0));
+}
+
+size_t CrossHostOptions::chunkBytesFor(size_t bytes) const {
+  if (chunkBytes) {
+    return *chunkBytes;
+  }
+  return std::clamp(bytes / kTargetChunks, kMinChunkBytes, kMaxChunkBytes);
 }
 
 }  // namespace tunedist::shm

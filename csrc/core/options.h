@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/types.h"
+
 namespace tunedist::shm {
 
 struct ShmOptions {
   static constexpr size_t kDefaultSlotBytes = size_t(1) << 20;
   static constexpr size_t kDefaultOneShotMaxBytes = size_t(256) << 10;
+  static constexpr size_t kDefaultHalfOneShotMaxBytes = size_t(64) << 10;
   static constexpr size_t kDefaultP2pChannelBytes = size_t(256) << 10;
   static constexpr int kDefaultSpinIters = 4000;
   static constexpr std::chrono::milliseconds kDefaultHeartbeatPeriod{100};
@@ -27,8 +30,13 @@ struct ShmOptions {
   // about P * 2 * slotBytes of shared memory (plus control pages) at its first collective.
   size_t slotBytes = kDefaultSlotBytes;
   // Messages up to this size (and up to one slot) use the one-shot algorithm; larger ones the pipelined
-  // reduce-scatter + all-gather. The two-shot chunk is one slot.
+  // reduce-scatter + all-gather. The two-shot chunk is one slot. See oneShotMaxBytesFor().
   size_t oneShotMaxBytes = kDefaultOneShotMaxBytes;
+  // The same limit for bf16 and fp16, which are reduced through float32 (convert, add, round back). The one-shot
+  // algorithm has every rank do that for all N elements, the two-shot one for N/P, so it stops paying off at a
+  // smaller size: measured on 2 ranks (docs/records/issue14/s11/), bf16 at 128 KiB took 1.22-1.27x DeepSpeed's time
+  // one-shot and 0.80-0.89x two-shot, at 256 KiB 1.27-1.30x and 0.99x; float32 was the same either way at 256 KiB.
+  size_t halfOneShotMaxBytes = kDefaultHalfOneShotMaxBytes;
   // Bytes of each ordered pair's send/recv ring.
   size_t p2pChannelBytes = kDefaultP2pChannelBytes;
   // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
@@ -53,7 +61,8 @@ struct ShmOptions {
   size_t symmetricChunkBytes = kDefaultSymmetricChunkBytes;
   size_t symmetricHeapBytes = kDefaultSymmetricHeapBytes;
 
-  // Defaults overridden by TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS,
+  // Defaults overridden by TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES (both one-shot limits),
+  // TUNEDIST_SPIN_ITERS,
   // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S, TUNEDIST_SYMMETRIC_MIN_BYTES,
   // TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES where set.
   static ShmOptions fromEnv();
@@ -66,14 +75,26 @@ struct ShmOptions {
   // scheduled, it takes up to 1.9x the copying time at 256-512 KiB, 0.7-1.2x at 1 MiB, and 0.55-0.89x for every op
   // from 2 MiB.
   size_t symmetricMinBytesFor(int ranksOnHost) const;
+  // The largest all_reduce of `dtype` that runs one-shot: oneShotMaxBytes, for bf16/fp16 at most
+  // halfOneShotMaxBytes, never more than one slot.
+  size_t oneShotMaxBytesFor(DType dtype) const;
 };
 
 // Tunables of a group that spans several hosts (backend/engine/hier).
 struct CrossHostOptions {
-  static constexpr size_t kDefaultChunkBytes = size_t(8) << 20;
+  static constexpr size_t kMinChunkBytes = size_t(1) << 20;
+  static constexpr size_t kMaxChunkBytes = size_t(8) << 20;
+  static constexpr size_t kTargetChunks = 4;
   // Bytes of the buffer per pipeline chunk of the hierarchical all-reduce: gloo carries chunk k between hosts while
-  // shared memory reduces chunk k+1 (TUNEDIST_CROSS_HOST_CHUNK_BYTES).
-  size_t chunkBytes = kDefaultChunkBytes;
+  // shared memory reduces chunk k+1 (TUNEDIST_CROSS_HOST_CHUNK_BYTES). Unset: chunkBytesFor() chooses per call.
+  std::optional<size_t> chunkBytes;
+
+  // The chunk of an all-reduce of `bytes`: chunkBytes when set, else bytes / kTargetChunks within [kMinChunkBytes,
+  // kMaxChunkBytes]. A call of one chunk runs its phases one after another and leaves the link idle during the
+  // shared-memory ones; a few chunks let gloo carry one while shared memory works on the next. Measured at 2 x 2
+  // ranks over a 1 Gbit/s link (docs/records/netns_bench/): with 8 MiB chunks a 4 MiB call held 0.79 of the line
+  // rate, with 1 MiB chunks 0.95; 64 MiB held 0.99 with 8 MiB chunks.
+  size_t chunkBytesFor(size_t bytes) const;
 
   static CrossHostOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.

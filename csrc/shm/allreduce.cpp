@@ -14,7 +14,7 @@ void ShmComm::allreduce(const OpContext& ctx, const void* in, void* out, size_t 
 
 void ShmComm::allreduceCopy(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
   const size_t bytes = count * dtypeSize(args.dtype);
-  if (size_ == 1 || bytes <= std::min(options_.oneShotMaxBytes, options_.slotBytes)) {
+  if (size_ == 1 || bytes <= options_.oneShotMaxBytesFor(args.dtype)) {
     allreduceOneShot(ctx, in, out, count, args);
   } else {
     allreduceTwoShot(ctx, in, out, count, args);

@@ -23,8 +23,8 @@
 // Every rank of a host runs the same sequence of shared-memory operations, and every member of a gloo group
 // launches its operations in the same (chunk, span) order, so the chunking changes neither the agreement above
 // nor the deadlock argument of step 3 (creation in ascending (chunk, span) order). Chunk size:
-// CrossHostOptions::chunkBytes (TUNEDIST_CROSS_HOST_CHUNK_BYTES, default 8 MiB); full chunks hold a multiple of
-// every host's size, so only the last chunk can have a tail.
+// CrossHostOptions::chunkBytesFor (a quarter of the call within 1-8 MiB, or TUNEDIST_CROSS_HOST_CHUNK_BYTES); full
+// chunks hold a multiple of every host's size, so only the last chunk can have a tail.
 // AVG is reduced as SUM and divided by the group size after step 3; PREMUL_SUM applies its factor in step 2.
 // Float results are not bit-identical to the one-host path (host partials are rounded once per host).
 #include <algorithm>
@@ -167,7 +167,7 @@ void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
     flat.mul_(args.factor);  // a host of one rank: its term still gets the factor
   }
   // Steps 2-4, pipelined chunk by chunk (see the top of this file).
-  auto chunks = pipelineChunks(count, c.x.layout().hostSizes(), c.options.chunkBytes / es);
+  auto chunks = pipelineChunks(count, c.x.layout().hostSizes(), c.options.chunkBytesFor(count * es) / es);
   Chunk* previous = nullptr;
   for (auto& k : chunks) {
     k.slicing = shm::HostSlicing::of(k.end - k.begin, c.x.localSize());

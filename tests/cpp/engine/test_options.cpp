@@ -1,0 +1,95 @@
+// The size-dependent tunables: the one-shot limit per dtype and the cross-host pipeline chunk, their environment
+// overrides and their bounds.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/options.h"
+
+namespace tunedist::test {
+namespace {
+
+// Sets one environment variable for a scope and restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+      had_ = true;
+    }
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+constexpr size_t KiB = 1024;
+constexpr size_t MiB = 1024 * KiB;
+
+}  // namespace
+
+TEST_CASE("the one-shot limit is smaller for 16-bit floats and never above a slot", "[options]") {
+  using shm::DType;
+  shm::ShmOptions o;
+  CHECK(o.oneShotMaxBytesFor(DType::kFloat32) == 256 * KiB);
+  CHECK(o.oneShotMaxBytesFor(DType::kFloat64) == 256 * KiB);
+  CHECK(o.oneShotMaxBytesFor(DType::kInt32) == 256 * KiB);
+  CHECK(o.oneShotMaxBytesFor(DType::kBFloat16) == 64 * KiB);
+  CHECK(o.oneShotMaxBytesFor(DType::kFloat16) == 64 * KiB);
+  // Tests that shrink oneShotMaxBytes shrink it for every dtype.
+  o.oneShotMaxBytes = 1024;
+  CHECK(o.oneShotMaxBytesFor(DType::kBFloat16) == 1024);
+  CHECK(o.oneShotMaxBytesFor(DType::kFloat32) == 1024);
+  // A slot bounds both.
+  o.oneShotMaxBytes = 4 * MiB;
+  o.halfOneShotMaxBytes = 4 * MiB;
+  o.slotBytes = 64 * KiB;
+  CHECK(o.oneShotMaxBytesFor(DType::kFloat32) == 64 * KiB);
+  CHECK(o.oneShotMaxBytesFor(DType::kFloat16) == 64 * KiB);
+}
+
+TEST_CASE("TUNEDIST_ONESHOT_MAX_BYTES sets the one-shot limit of every dtype", "[options]") {
+  ScopedEnv env("TUNEDIST_ONESHOT_MAX_BYTES", "524288");
+  const auto o = shm::ShmOptions::fromEnv();
+  CHECK(o.oneShotMaxBytesFor(shm::DType::kBFloat16) == 512 * KiB);
+  CHECK(o.oneShotMaxBytesFor(shm::DType::kFloat32) == 512 * KiB);
+}
+
+TEST_CASE("the cross-host chunk is a quarter of the call within 1-8 MiB unless set", "[options]") {
+  shm::CrossHostOptions o;
+  CHECK(o.chunkBytesFor(0) == 1 * MiB);
+  CHECK(o.chunkBytesFor(1 * MiB) == 1 * MiB);
+  CHECK(o.chunkBytesFor(4 * MiB) == 1 * MiB);
+  CHECK(o.chunkBytesFor(16 * MiB) == 4 * MiB);
+  CHECK(o.chunkBytesFor(64 * MiB) == 8 * MiB);
+  CHECK(o.chunkBytesFor(size_t(1) << 40) == 8 * MiB);
+  o.chunkBytes = 4096;
+  CHECK(o.chunkBytesFor(64 * MiB) == 4096);
+}
+
+TEST_CASE("TUNEDIST_CROSS_HOST_CHUNK_BYTES fixes the chunk and is checked", "[options]") {
+  {
+    ScopedEnv env("TUNEDIST_CROSS_HOST_CHUNK_BYTES", "2097152");
+    CHECK(shm::CrossHostOptions::fromEnv().chunkBytesFor(64 * MiB) == 2 * MiB);
+  }
+  {
+    ScopedEnv env("TUNEDIST_CROSS_HOST_CHUNK_BYTES", "100");
+    CHECK_THROWS_WITH(shm::CrossHostOptions::fromEnv(),
+                      Catch::Contains("TUNEDIST_CROSS_HOST_CHUNK_BYTES") && Catch::Contains("at least 4096"));
+  }
+}
+
+}  // namespace tunedist::test
