@@ -8,8 +8,10 @@ hits all rows alike. A row's figure is the median over rounds of its per-round m
               moves nothing: Python, the c10d dispatcher and a Work. The floor any c10d backend pays.
   tuned_ws1   dist.all_reduce on a world-size-1 `tuned` group (one per rank): the floor plus tunedist's own cost per
               call (checks, the Work and its future, the executor, one round of the engine without peers).
-  tuned_ws1_async   the same with async_op=True and work.wait().
+  tuned_ws1_async   the same with async_op=True and work.wait(). A group of one rank runs async calls inline
+              (nobody to wait for), so this is the Work's own cost; tuned_async shows the hand-off to the worker.
   tuned       dist.all_reduce on the job's `tuned` group (all ranks): the above plus synchronisation and the bytes.
+  tuned_async       the same with async_op=True and work.wait(): the worker thread's hand-off on top.
   gloo        the same on gloo, for scale.
   deepspeed   deepspeed.comm.inference_all_reduce (its shared-memory all_reduce; tunedist.bench_contenders), when
               DeepSpeed is installed: the peer to beat (float32 SUM runs its shm kernel).
@@ -62,6 +64,7 @@ def make_rows(args, groups, t: torch.Tensor, ds) -> dict:
         "tuned_ws1": lambda: dist.all_reduce(t, group=groups["tuned_ws1"]),
         "tuned_ws1_async": lambda: dist.all_reduce(t, group=groups["tuned_ws1"], async_op=True).wait(),
         "tuned": lambda: dist.all_reduce(t, group=groups["tuned"]),
+        "tuned_async": lambda: dist.all_reduce(t, group=groups["tuned"], async_op=True).wait(),
     }
     if not args.no_gloo:
         rows["gloo"] = lambda: dist.all_reduce(t, group=groups["gloo"])

@@ -36,7 +36,8 @@ c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* n
     coalesced_.push_back(work);
   }
   const bool onWorker = std::this_thread::get_id() == worker_.get_id();
-  if (!asyncOp && !busy_ && queue_.empty() && !onWorker && bytes <= options_.inlineMaxBytes && !coalescing_) {
+  if ((!asyncOp || options_.inlineAsync) && !busy_ && queue_.empty() && !onWorker && bytes <= options_.inlineMaxBytes &&
+      !coalescing_) {
     // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
     runLocked(item, lock);
     return work;

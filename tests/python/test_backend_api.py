@@ -295,6 +295,37 @@ def test_collective_issued_and_waited_inside_a_future_callback():
         assert all(r == expected for r in results), results
 
 
+# A group of one rank has nobody to wait for: its async calls run inline and return completed Works, with the same
+# results, futures and callbacks as the queued path of a larger group (whose async Works the worker completes).
+
+
+def _one_rank_group_async(rank: int, world_size: int) -> dict:
+    one = dist.new_subgroups(group_size=1, backend="tuned")[0]
+    x = torch.full((1001,), float(rank + 1))
+    work = dist.all_reduce(x, group=one, async_op=True)
+    done_on_return = work.is_completed()
+    work.wait()
+    out = torch.empty(1001)
+    dist.all_gather_into_tensor(out, x, group=one, async_op=True).wait()
+    seen = []
+    fut = dist.all_reduce(x, group=one, async_op=True).get_future()
+    chained = fut.then(lambda f: seen.append(f.value()[0].sum().item()) or f.value()[0] * 2)
+    doubled = chained.wait()
+    # the whole job's group still queues its async calls and completes them
+    y = torch.full((5,), float(rank + 1))
+    dist.all_reduce(y, async_op=True).wait()
+    return {"done_on_return": done_on_return, "x": x[0].item(), "gathered": out[0].item(),
+            "seen": seen, "doubled": doubled[0].item(), "y": y[0].item()}
+
+
+def test_one_rank_group_runs_async_calls_inline():
+    results = launch(2, _one_rank_group_async)
+    for rank, res in enumerate(results):
+        v = float(rank + 1)
+        assert res == {"done_on_return": True, "x": v, "gathered": v, "seen": [1001 * v], "doubled": 2 * v,
+                       "y": 3.0}, f"rank {rank}: {res}"
+
+
 def _split_and_bound_device_groups(rank: int, world_size: int, port: int) -> dict:
     # A bound device makes torch split the parent backend: dist.split_group asks it directly, DeviceMesh and
     # new_group (whose non-members call perform_nocolor_split on the parent) go through it too.

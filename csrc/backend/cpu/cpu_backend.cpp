@@ -23,7 +23,9 @@ CpuBackend::CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   // One store write, no waiting: the engines are made at the first operation, once every rank's key is in.
   discovery_ = std::make_unique<shm::HostDiscovery>(rendezvous_, rank, size, options_.shm);
   discovery_->publish(shm::HostKey{shm::hostLabelFromEnv(), shm::shareableMemoryFingerprint(options_.shm.shmDir)});
-  executor_ = Executor::start(rank, options_.executor, [this](const shm::OpContext& ctx) { prepareCollective(ctx); });
+  Executor::Options executorOptions = options_.executor;
+  executorOptions.inlineAsync = executorOptions.inlineAsync || size == 1;
+  executor_ = Executor::start(rank, executorOptions, [this](const shm::OpContext& ctx) { prepareCollective(ctx); });
 }
 
 CpuBackend::~CpuBackend() { shutdown(); }
