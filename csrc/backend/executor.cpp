@@ -1,6 +1,5 @@
 #include "backend/executor.h"
 
-#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <cstring>
@@ -30,12 +29,7 @@ c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* n
   std::unique_lock<std::mutex> lock(mutex_);
   TORCH_CHECK(!stop_, "tunedist: ", name, " on rank ", rank_, ": the process group was shut down or aborted");
   const uint64_t seq = ++seq_;
-  // c10d::Work's constructor allocates a RecordFunction whenever it is given a title, profiling or not, and the
-  // inputs only serve the profiler's shapes: hand both over only while this thread has profiler callbacks.
-  const bool profiled = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value();
-  auto work = c10::make_intrusive<TunedWork>(rank_, type, profiled ? name : nullptr, seq, std::move(outputs),
-                                             profiled ? std::optional<std::vector<at::Tensor>>(inputs) : std::nullopt,
-                                             timeout);
+  auto work = c10::make_intrusive<TunedWork>(rank_, type, name, seq, std::move(outputs), inputs, timeout);
   Item item{work, std::move(body), timeout, name};
   if (coalescing_) {
     coalesced_.push_back(work);
@@ -181,7 +175,7 @@ c10::intrusive_ptr<c10d::Work> Executor::endCoalescing(std::chrono::milliseconds
     // backend (this one, for cuda:tuned, even without a GPU), so this runs after shutdown too: a completed Work,
     // without the worker.
     auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::COALESCED, "tuned:coalesced", lastSeq(),
-                                               std::vector<at::Tensor>{}, std::nullopt, timeout);
+                                               std::vector<at::Tensor>{}, c10::ArrayRef<at::Tensor>{}, timeout);
     work->complete();
     return work;
   }

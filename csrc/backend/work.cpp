@@ -1,6 +1,7 @@
 #include "backend/work.h"
 
 #include <ATen/core/jit_type.h>
+#include <ATen/record_function.h>
 
 #include <sched.h>
 
@@ -8,10 +9,22 @@
 
 namespace tunedist {
 
+namespace {
+// c10d::Work's constructor allocates a RecordFunction whenever it is given a title, profiling or not, and reads the
+// inputs only for the profiler's shapes: a Work hands both over only while this thread has profiler callbacks.
+bool profilerCallbacksActive() { return at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value(); }
+}  // namespace
+
 TunedWork::TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq,
-                     std::vector<at::Tensor> outputs, const std::optional<std::vector<at::Tensor>>& inputs,
+                     std::vector<at::Tensor> outputs, c10::ArrayRef<at::Tensor> inputs,
                      std::chrono::milliseconds timeout)
-    : c10d::Work(rank, opType, profilingTitle, inputs),
+    : TunedWork(rank, opType, profilingTitle, seq, std::move(outputs), inputs, timeout, profilerCallbacksActive()) {}
+
+TunedWork::TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq,
+                     std::vector<at::Tensor> outputs, c10::ArrayRef<at::Tensor> inputs,
+                     std::chrono::milliseconds timeout, bool profiled)
+    : c10d::Work(rank, opType, profiled ? profilingTitle : nullptr,
+                 profiled ? std::optional<std::vector<at::Tensor>>(inputs.vec()) : std::nullopt),
       seq_(seq),
       outputs_(std::move(outputs)),
       timeout_(timeout),

@@ -15,8 +15,9 @@ namespace tunedist {
 
 class TunedWork : public c10d::Work {
  public:
+  // `profilingTitle` and `inputs` reach the profiler only while this thread has profiler callbacks (see work.cpp).
   TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq, std::vector<at::Tensor> outputs,
-            const std::optional<std::vector<at::Tensor>>& inputs, std::chrono::milliseconds timeout);
+            c10::ArrayRef<at::Tensor> inputs, std::chrono::milliseconds timeout);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -40,6 +41,9 @@ class TunedWork : public c10d::Work {
   void setHelper(std::function<void(const TunedWork&)> helper) { helper_ = std::move(helper); }
 
  private:
+  TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq, std::vector<at::Tensor> outputs,
+            c10::ArrayRef<at::Tensor> inputs, std::chrono::milliseconds timeout, bool profiled);
+
   const uint64_t seq_;
   std::atomic<int> sourceRank_{-1};
   std::vector<at::Tensor> outputs_;

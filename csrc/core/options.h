@@ -34,8 +34,9 @@ struct ShmOptions {
   size_t oneShotMaxBytes = kDefaultOneShotMaxBytes;
   // The same limit for bf16 and fp16, which are reduced through float32 (convert, add, round back). The one-shot
   // algorithm has every rank do that for all N elements, the two-shot one for N/P, so it stops paying off at a
-  // smaller size: measured on 2 ranks (docs/records/issue14/s11/), bf16 at 128 KiB took 1.22-1.27x DeepSpeed's time
-  // one-shot and 0.80-0.89x two-shot, at 256 KiB 1.27-1.30x and 0.99x; float32 was the same either way at 256 KiB.
+  // smaller size: measured on 2 ranks (docs/records/issue14/s11/oneshot_ab/), bf16 at 128 KiB took 0.99-1.22x
+  // DeepSpeed's time one-shot and 0.80-0.89x two-shot, at 256 KiB 1.27-1.30x and 0.99x; float32 was the same either
+  // way at 256 KiB.
   size_t halfOneShotMaxBytes = kDefaultHalfOneShotMaxBytes;
   // Bytes of each ordered pair's send/recv ring.
   size_t p2pChannelBytes = kDefaultP2pChannelBytes;
@@ -92,8 +93,9 @@ struct CrossHostOptions {
   // The chunk of an all-reduce of `bytes`: chunkBytes when set, else bytes / kTargetChunks within [kMinChunkBytes,
   // kMaxChunkBytes]. A call of one chunk runs its phases one after another and leaves the link idle during the
   // shared-memory ones; a few chunks let gloo carry one while shared memory works on the next. Measured at 2 x 2
-  // ranks over a 1 Gbit/s link (docs/records/netns_bench/): with 8 MiB chunks a 4 MiB call held 0.79 of the line
-  // rate, with 1 MiB chunks 0.95; 64 MiB held 0.99 with 8 MiB chunks.
+  // ranks over a 1 Gbit/s link (docs/records/netns_bench/): under other jobs' load a 4 MiB call held 0.79 of the
+  // line rate with 8 MiB chunks and 0.95 with 1 MiB chunks (one run); on a quiet host both chunkings held 0.91-1.02
+  // at 4-16 MiB (s11/, s11_chunk8m/), and 64 MiB 0.98-1.01 either way.
   size_t chunkBytesFor(size_t bytes) const;
 
   static CrossHostOptions fromEnv();

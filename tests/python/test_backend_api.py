@@ -102,6 +102,10 @@ def _backend_objects(rank: int, world_size: int) -> dict:
         dist.all_gather_into_tensor(out, t)
         dist.reduce_scatter_tensor(t, out)
         dist.all_reduce(t, async_op=True).wait()
+        if rank == 0:
+            dist.send(t, dst=1)
+        elif rank == 1:
+            dist.recv(t, src=0)
     return {"names": sorted({e.name for e in prof.events() if e.name.startswith("tuned:")})}
 
 
@@ -111,6 +115,8 @@ def test_backend_objects_work_and_profiler():
         for title in ("tuned:all_reduce", "tuned:broadcast", "tuned:all_gather_into_tensor",
                       "tuned:reduce_scatter_tensor"):
             assert title in res["names"], f"rank {rank}: no profiler event {title!r}; got {res['names']}"
+        p2p = {0: "tuned:send", 1: "tuned:recv"}.get(rank)
+        assert p2p is None or p2p in res["names"], f"rank {rank}: no profiler event {p2p!r}; got {res['names']}"
 
 
 def _import_env(**extra) -> dict:

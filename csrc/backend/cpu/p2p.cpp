@@ -88,8 +88,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int sr
   const bool any = srcRank < 0;
   const std::vector<at::Tensor> tensors{t};
   auto work = c10::make_intrusive<TunedWork>(rank_, any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
-                                             any ? "tuned:recv_anysource" : "tuned:recv", ++p2pSeq_, tensors,
-                                             std::optional<std::vector<at::Tensor>>(tensors), timeout);
+                                             any ? "tuned:recv_anysource" : "tuned:recv", ++p2pSeq_, tensors, tensors,
+                                             timeout);
   executor_->trackWork(work);
   std::function<void()> copyBack;
   if (!staged.is_same(t)) {
@@ -125,8 +125,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors
   at::Tensor staged = ops::staged(t.resolve_conj().resolve_neg());
   const auto timeout = effectiveTimeout(c10d::kUnsetTimeout);
   auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::SEND, "tuned:send", ++p2pSeq_,
-                                             std::vector<at::Tensor>{t},
-                                             std::optional<std::vector<at::Tensor>>(tensors), timeout);
+                                             std::vector<at::Tensor>{t}, tensors, timeout);
   executor_->trackWork(work);
   // The callback holds `staged`, so a copy lives until its bytes are out.
   const int local = enginePeer(dstRank, kSend);
