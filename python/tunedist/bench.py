@@ -47,8 +47,10 @@ outnumber the cores) runs zero-copy (tunedist.symmetric). The conventions follow
   mean per rank). Where the ranks share a machine of C cores, no op can take less than that sum / C of wall time:
   the summary prints it beside the times so a CPU-bound comparison shows as one.
 - memcpy_gbps: the per-rank bandwidth of the engine's copy routine (tunedist._C.measure_copy_gbps) while all ranks
-  copy at once; the median of each rank, then the mean over ranks. bound: the all_reduce ceiling of a two-shot
-  algorithm with copy-in/out, 4(P-1)/(5P+1) x memcpy_gbps, and each backend's busbw over it at the largest size.
+  copy at once, probed before the first point; the median of each rank, then the mean over ranks. memcpy_gbps_end:
+  the same probe after the last point (on a shared VM the probe alone moves 2.6-6 GB/s between runs, so one probe
+  says little about the minutes between). bound: the all_reduce ceiling of a two-shot algorithm with copy-in/out,
+  4(P-1)/(5P+1) x the mean of the two probes, and each backend's busbw over it at the largest size.
 - load_avg_start/end: os.getloadavg() on rank 0 before the first and after the last point.
 - zero-copy (tuned+sym only): the growth of symmetric_heap_stats()["zero_copy_ops"] over a point (its check, warm-up
   and rounds; the least over ranks) next to the calls the point made, in the row (zero_copy_ops, calls,
@@ -367,10 +369,11 @@ def main(argv=None) -> int:
     results = measure(args, contenders, progress)
     progress.close()
     meta["load_avg_end"] = _load_avg()
+    meta["memcpy_gbps_end"] = measure_memcpy(args)
     if "tuned" in args.backends:  # hosts the tuned group spans (hierarchical collectives over gloo when more than one)
         group = contenders[args.backends.index("tuned")].comm.group
         meta["tuned_hosts"] = tunedist._C.host_layout(group._get_backend(torch.device("cpu")))
-    meta["bound"] = bound_section(results, world, meta["memcpy_gbps"])
+    meta["bound"] = bound_section(results, world, (meta["memcpy_gbps"] + meta["memcpy_gbps_end"]) / 2)
     meta["summary"] = ratios(results, PRIMARY_INPLACE, args.backends[0])
     meta["symmetric"] = {c.name: symmetric_section(c, heap0[c.name], results) for c in contenders if c.symmetric}
     if rank == 0:

@@ -41,7 +41,8 @@ def _draw_all_reduce_bound(ax_bw, ax_t, lines: dict, meta: dict) -> None:
     if not bound or not sizes:
         return
     world = meta["world_size"]
-    label = f"all_reduce bound {bound:.2f} GB/s = 4(P-1)/(5P+1) x memcpy {meta['memcpy_gbps']:.1f}"
+    memcpy = meta["bound"].get("memcpy_gbps", meta["memcpy_gbps"])
+    label = f"all_reduce bound {bound:.2f} GB/s = 4(P-1)/(5P+1) x memcpy {memcpy:.1f}"
     ax_bw.axhline(bound, label=label, **BOUND_STYLE)
     factor = 2 * (world - 1) / world
     if factor > 0:

@@ -58,7 +58,7 @@ def ratios(results, primary_inplace: dict, ref: str) -> list:
 def bound_section(results, world: int, memcpy_gbps: float) -> dict:
     factor = 4 * (world - 1) / (5 * world + 1)
     section = {"formula": "4(P-1)/(5P+1) x memcpy_gbps (two-shot all_reduce with copy-in/out)", "factor": factor,
-               "busbw_gbps": factor * memcpy_gbps, "largest": {}}
+               "memcpy_gbps": memcpy_gbps, "busbw_gbps": factor * memcpy_gbps, "largest": {}}
     for r in results:
         if r["op"] == "all_reduce" and r["inplace"] and r.get("busbw_gbps") is not None:
             best = section["largest"].get(r["backend"])
@@ -82,7 +82,11 @@ def _header(meta, args) -> str:
     return (f"# tunedist.bench: world_size {meta['world_size']}, dtype {args.dtype}, threads "
             f"{meta['threads']['torch_num_threads']}, simd {meta['simd']}, torch {meta['torch']}, time = median "
             f"over {args.rounds} interleaved rounds of the loop's mean, {RANK_REDUCTIONS[args.average]} over ranks, "
-            f"memcpy {meta['memcpy_gbps']:.2f} GB/s per rank, load {_load(meta)}")
+            f"memcpy {_memcpy(meta)} GB/s per rank, load {_load(meta)}")
+
+
+def _memcpy(meta) -> str:
+    return " -> ".join(f"{meta[k]:.2f}" for k in ("memcpy_gbps", "memcpy_gbps_end") if k in meta)
 
 
 def _load(meta) -> str:

@@ -54,7 +54,11 @@ def bench_run(tmp_path_factory):
 def test_bench_json_schema(bench_run):
     data, _ = bench_run
     assert data["world_size"] == 2
-    assert data["memcpy_gbps"] > 0
+    assert data["memcpy_gbps"] > 0 and data["memcpy_gbps_end"] > 0
+    # The bound is taken over both probes (before the first point and after the last).
+    mean = (data["memcpy_gbps"] + data["memcpy_gbps_end"]) / 2
+    assert data["bound"]["memcpy_gbps"] == pytest.approx(mean)
+    assert data["bound"]["busbw_gbps"] == pytest.approx(data["bound"]["factor"] * mean)
     assert data["threads"]["torch_num_threads"] == 1 and "OMP_NUM_THREADS" in data["threads"]
     assert isinstance(data["simd"], str) and data["torch"]
     assert data["rounds"] == ROUNDS and data["backends"] == ["tuned", "gloo"] and data["skipped"] == []
