@@ -223,10 +223,11 @@ struct BFloat16Lanes {
   static void store(uint16_t* p, __m512 v) {
     const __m512i w = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(w, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0x7FFF)), lsb),
+                                              16);
     const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(w, 16), _mm512_set1_epi32(0x40));
-    const __mmask16 isNan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    const __mmask16 isNan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                    _mm512_set1_epi32(0x7F800000));
     const __m512i r = _mm512_mask_blend_epi32(isNan, rounded, nan);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
   }
