@@ -2,8 +2,8 @@
 // reduce_avx2.cpp and reduce_avx512.cpp each include this header under their own -m flags and export the table
 // that buildKernelTable() returns. The auto-vectoriser does the SIMD work, so every loop below is a plain
 // element-wise loop over __restrict pointers; only the half-precision conversions, the streaming copy and the
-// AVX-512 level's SUM of float32/bf16/fp16 (sumInRegisters, one pass with the accumulator in registers) use
-// intrinsics, where the level has them.
+// SUM of float32/bf16/fp16 at the AVX2 and AVX-512 levels (sumInRegisters, one pass with the accumulator in
+// registers) use intrinsics, where the level has them.
 //
 // Reduction algorithm, per block of kBlockBytes of accumulator (kept on the stack, so it stays in L1):
 //   1. acc[i] = pre(widen(srcs[0][i]))                 (pre multiplies by the PREMUL_SUM factor, else identity)
@@ -195,32 +195,40 @@ __attribute__((noinline)) void lastStep(typename Codec::Storage* __restrict out,
   }
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-// ---- AVX-512 SUM of float32, bf16 and fp16 in one pass: the accumulator stays in registers. ----
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || (defined(__AVX2__) && defined(__F16C__))
+// ---- SUM of float32, bf16 and fp16 in one pass, the accumulator in registers (AVX-512 and AVX2 levels). ----
 // The blocked kernel above stores the accumulator to L1 and loads it back once per source, and converts half
 // types in separate passes; for SUM of these three types (what all_reduce and reduce_scatter mostly carry) that
-// traffic, not memory, bounded it: 2 sources, data in L2, 256 KiB, this VM: float32 17 us, bf16 50 us, fp16 50 us
-// (docs/records/issue14/s12/kernels/). The arithmetic is the blocked kernel's exactly (widen each term, add left
-// to right in float, round once with the same rounding), so results are bit-identical to every other level.
+// traffic, not memory, bounded it: 2 sources, data in L2, 256 KiB, AVX-512 on this VM: float32 17 us, bf16 50 us,
+// fp16 50 us, in one pass 10-13, 24-34, 12-27 us (docs/records/issue14/s12/kernels/). The arithmetic is the blocked
+// kernel's exactly (widen each term, add left to right in float, round once with the same rounding), so results are
+// bit-identical to every other level.
 // GCC 12 warns (-Wmaybe-uninitialized) inside avx512fintrin.h on the _mm512_undefined_* operand of many unmasked
 // intrinsics (GCC bug 105593); the operand is never read.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
 struct Float32Lanes {
   using Storage = float;
-  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+  using Vec = __m512;
+  static constexpr size_t kWidth = 16;
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  static Vec load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 };
 
 struct BFloat16Lanes {
   using Storage = uint16_t;
-  static __m512 load(const uint16_t* p) {
+  using Vec = __m512;
+  static constexpr size_t kWidth = 16;
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  static Vec load(const uint16_t* p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   }
   // floatToBf16 on 16 lanes: round to nearest even; a NaN keeps its top payload bits and gets the quiet bit.
-  static void store(uint16_t* p, __m512 v) {
+  static void store(uint16_t* p, Vec v) {
     const __m512i w = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(w, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0x7FFF)), lsb),
@@ -236,13 +244,62 @@ struct BFloat16Lanes {
 // The same conversions as the F16C block conversions of the AVX2 level (IEEE, round to nearest even).
 struct HalfLanes {
   using Storage = uint16_t;
-  static __m512 load(const uint16_t* p) {
+  using Vec = __m512;
+  static constexpr size_t kWidth = 16;
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  static Vec load(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static void store(uint16_t* p, __m512 v) {
+  static void store(uint16_t* p, Vec v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
 };
+#else
+struct Float32Lanes {
+  using Storage = float;
+  using Vec = __m256;
+  static constexpr size_t kWidth = 8;
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static Vec load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+};
+
+struct BFloat16Lanes {
+  using Storage = uint16_t;
+  using Vec = __m256;
+  static constexpr size_t kWidth = 8;
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static Vec load(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  // floatToBf16 on 8 lanes, as the AVX-512 store; |w| compares signed (both sides are below 2^31).
+  static void store(uint16_t* p, Vec v) {
+    const __m256i w = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(w, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(w, _mm256_set1_epi32(0x7FFF)), lsb),
+                                              16);
+    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(w, 16), _mm256_set1_epi32(0x40));
+    const __m256i isNan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFFFF)),
+                                             _mm256_set1_epi32(0x7F800000));
+    const __m256i r = _mm256_blendv_epi8(rounded, nan, isNan);
+    // Every lane is below 2^16, so the unsigned saturating pack only narrows.
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+};
+
+struct HalfLanes {
+  using Storage = uint16_t;
+  using Vec = __m256;
+  static constexpr size_t kWidth = 8;
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static Vec load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void store(uint16_t* p, Vec v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+#endif
 
 template <typename Codec>
 struct LanesFor {
@@ -261,32 +318,34 @@ struct LanesFor<HalfCodec> {
   using type = HalfLanes;
 };
 
-// out[i] = ((srcs[0][i] + srcs[1][i]) + ...) for 64 elements per step (4 registers), then 16, then a scalar tail
-// through Codec. All sources of a step are read before its output is written, so out == srcs[k] is safe.
+// out[i] = ((srcs[0][i] + srcs[1][i]) + ...) for 4 registers of elements per step, then one register, then a scalar
+// tail through Codec. All sources of a step are read before its output is written, so out == srcs[k] is safe.
 template <typename Lanes, typename Codec>
 void sumInRegisters(void* out, const void* const* srcs, int nsrc, size_t count) {
   using S = typename Lanes::Storage;
+  using V = typename Lanes::Vec;
+  constexpr size_t W = Lanes::kWidth;
   S* dst = static_cast<S*>(out);
   auto src = [srcs](int s) { return static_cast<const S*>(srcs[s]); };
   size_t i = 0;
-  for (; i + 64 <= count; i += 64) {
-    __m512 a0 = Lanes::load(src(0) + i), a1 = Lanes::load(src(0) + i + 16);
-    __m512 a2 = Lanes::load(src(0) + i + 32), a3 = Lanes::load(src(0) + i + 48);
+  for (; i + 4 * W <= count; i += 4 * W) {
+    V a0 = Lanes::load(src(0) + i), a1 = Lanes::load(src(0) + i + W);
+    V a2 = Lanes::load(src(0) + i + 2 * W), a3 = Lanes::load(src(0) + i + 3 * W);
     for (int s = 1; s < nsrc; ++s) {
       const S* p = src(s) + i;
-      a0 = _mm512_add_ps(a0, Lanes::load(p));
-      a1 = _mm512_add_ps(a1, Lanes::load(p + 16));
-      a2 = _mm512_add_ps(a2, Lanes::load(p + 32));
-      a3 = _mm512_add_ps(a3, Lanes::load(p + 48));
+      a0 = Lanes::add(a0, Lanes::load(p));
+      a1 = Lanes::add(a1, Lanes::load(p + W));
+      a2 = Lanes::add(a2, Lanes::load(p + 2 * W));
+      a3 = Lanes::add(a3, Lanes::load(p + 3 * W));
     }
     Lanes::store(dst + i, a0);
-    Lanes::store(dst + i + 16, a1);
-    Lanes::store(dst + i + 32, a2);
-    Lanes::store(dst + i + 48, a3);
+    Lanes::store(dst + i + W, a1);
+    Lanes::store(dst + i + 2 * W, a2);
+    Lanes::store(dst + i + 3 * W, a3);
   }
-  for (; i + 16 <= count; i += 16) {
-    __m512 a = Lanes::load(src(0) + i);
-    for (int s = 1; s < nsrc; ++s) a = _mm512_add_ps(a, Lanes::load(src(s) + i));
+  for (; i + W <= count; i += W) {
+    V a = Lanes::load(src(0) + i);
+    for (int s = 1; s < nsrc; ++s) a = Lanes::add(a, Lanes::load(src(s) + i));
     Lanes::store(dst + i, a);
   }
   for (; i < count; ++i) {
@@ -300,7 +359,7 @@ void sumInRegisters(void* out, const void* const* srcs, int nsrc, size_t count) 
 
 template <typename Codec, typename Op>
 void reduceKernel(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count) {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || (defined(__AVX2__) && defined(__F16C__))
   if constexpr (std::is_same_v<Op, SumOp<float>> && !std::is_void_v<typename LanesFor<Codec>::type>) {
     sumInRegisters<typename LanesFor<Codec>::type, Codec>(out, srcs, nsrc, count);
     return;
