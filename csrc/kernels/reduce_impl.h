@@ -208,6 +208,15 @@ __attribute__((noinline)) void lastStep(typename Codec::Storage* __restrict out,
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+// floatToBf16 (convert_impl.h) on every lane of a GCC vector of uint32 (the float bits), leaving each result in the
+// low 16 bits of its lane: round to nearest even; a NaN keeps its top payload bits and gets the quiet bit.
+template <typename U32s>
+U32s bf16Rounded(U32s w) {
+  const U32s rounded = (w + 0x7FFFu + ((w >> 16) & 1u)) >> 16;
+  const U32s nan = (w >> 16) | 0x40u;
+  return (w & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded;
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 struct Float32Lanes {
   using Storage = float;
@@ -227,16 +236,9 @@ struct BFloat16Lanes {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   }
-  // floatToBf16 on 16 lanes: round to nearest even; a NaN keeps its top payload bits and gets the quiet bit.
   static void store(uint16_t* p, Vec v) {
-    const __m512i w = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(w, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(w, _mm512_set1_epi32(0x7FFF)), lsb),
-                                              16);
-    const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(w, 16), _mm512_set1_epi32(0x40));
-    const __mmask16 isNan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                    _mm512_set1_epi32(0x7F800000));
-    const __m512i r = _mm512_mask_blend_epi32(isNan, rounded, nan);
+    using U32x16 = uint32_t __attribute__((vector_size(64)));
+    const __m512i r = reinterpret_cast<__m512i>(bf16Rounded(reinterpret_cast<U32x16>(v)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
   }
 };
@@ -273,16 +275,9 @@ struct BFloat16Lanes {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
-  // floatToBf16 on 8 lanes, as the AVX-512 store; |w| compares signed (both sides are below 2^31).
   static void store(uint16_t* p, Vec v) {
-    const __m256i w = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(w, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(w, _mm256_set1_epi32(0x7FFF)), lsb),
-                                              16);
-    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(w, 16), _mm256_set1_epi32(0x40));
-    const __m256i isNan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFFFFFF)),
-                                             _mm256_set1_epi32(0x7F800000));
-    const __m256i r = _mm256_blendv_epi8(rounded, nan, isNan);
+    using U32x8 = uint32_t __attribute__((vector_size(32)));
+    const __m256i r = reinterpret_cast<__m256i>(bf16Rounded(reinterpret_cast<U32x8>(v)));
     // Every lane is below 2^16, so the unsigned saturating pack only narrows.
     const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
