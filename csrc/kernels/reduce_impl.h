@@ -218,20 +218,21 @@ U32s bf16Rounded(U32s w) {
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-struct Float32Lanes {
-  using Storage = float;
+// What every type's lanes share at this level: the register (float lanes, the accumulator) and its add.
+struct FloatRegister {
   using Vec = __m512;
   static constexpr size_t kWidth = 16;
   static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+};
+
+struct Float32Lanes : FloatRegister {
+  using Storage = float;
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 };
 
-struct BFloat16Lanes {
+struct BFloat16Lanes : FloatRegister {
   using Storage = uint16_t;
-  using Vec = __m512;
-  static constexpr size_t kWidth = 16;
-  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
   static Vec load(const uint16_t* p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
@@ -244,11 +245,8 @@ struct BFloat16Lanes {
 };
 
 // The same conversions as the F16C block conversions of the AVX2 level (IEEE, round to nearest even).
-struct HalfLanes {
+struct HalfLanes : FloatRegister {
   using Storage = uint16_t;
-  using Vec = __m512;
-  static constexpr size_t kWidth = 16;
-  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
   static Vec load(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
@@ -257,20 +255,20 @@ struct HalfLanes {
   }
 };
 #else
-struct Float32Lanes {
-  using Storage = float;
+struct FloatRegister {
   using Vec = __m256;
   static constexpr size_t kWidth = 8;
   static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+};
+
+struct Float32Lanes : FloatRegister {
+  using Storage = float;
   static Vec load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 };
 
-struct BFloat16Lanes {
+struct BFloat16Lanes : FloatRegister {
   using Storage = uint16_t;
-  using Vec = __m256;
-  static constexpr size_t kWidth = 8;
-  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
   static Vec load(const uint16_t* p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
@@ -284,11 +282,8 @@ struct BFloat16Lanes {
   }
 };
 
-struct HalfLanes {
+struct HalfLanes : FloatRegister {
   using Storage = uint16_t;
-  using Vec = __m256;
-  static constexpr size_t kWidth = 8;
-  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
   static Vec load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void store(uint16_t* p, Vec v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
