@@ -173,13 +173,16 @@ def _start_reuse_case(op: str, g, rank: int, w: int, it: int):
             make_input(torch.float32, n, root, f"re_bc{it}"))
 
 
-def _wait_released(g, held: int, nbytes: int, timeout_s: float = 10.0) -> None:
-    """Until the heap of `g`, which had `held` bytes in use, has `nbytes` fewer in use. The executor drops its
-    references to an operation's tensors just after completing its Work, so a buffer freed right after wait()
-    may return to the heap a moment later."""
+def _wait_in_use_at_most(g, nbytes: int, timeout_s: float = 30.0) -> bool:
+    """Until the heap of `g` has at most `nbytes` in use; False if it still has more after `timeout_s`. The
+    executor drops its references to an operation's tensors just after completing its Work, so a buffer freed
+    right after wait() may return to the heap a moment later."""
     deadline = time.monotonic() + timeout_s
-    while tunedist.symmetric_heap_stats(g)["in_use_bytes"] > held - nbytes and time.monotonic() < deadline:
+    while tunedist.symmetric_heap_stats(g)["in_use_bytes"] > nbytes:
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.001)
+    return True
 
 
 def check_reuse_after_wait(c: Checker) -> None:
@@ -190,6 +193,11 @@ def check_reuse_after_wait(c: Checker) -> None:
     for op in ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast"):
         for it in range(REUSE_ITERS):
             writer = it % w  # for broadcast also the root
+            # The previous iteration's buffers may still be held by the executor for a moment after its Work
+            # completed; allocating before they return would place this iteration's buffer elsewhere, and the
+            # reuse below would find the lower block instead (seen in CI at world size 4).
+            c.true(_wait_in_use_at_most(g, 0),
+                   f"async {op}, iteration {it}: the previous iteration's buffers never returned to the heap")
             what = f"async {op}, iteration {it}, rank {writer} overwrote its buffer right after wait()"
             with expect_path(c, what, zero_copy=1, group=g):
                 work, buf, result, expected = _start_reuse_case(op, g, rank, w, it)
@@ -203,7 +211,7 @@ def check_reuse_after_wait(c: Checker) -> None:
                     del work, buf
                     if op != "reduce_scatter_tensor":
                         del result  # the buffer itself
-                    _wait_released(g, held, numel * 4)
+                    c.true(_wait_in_use_at_most(g, held - numel * 4), f"{what}: the freed buffer never returned")
                     again = sym(numel, group=g)
                     again.fill_(GARBAGE)
                     c.true(again.data_ptr() == ptr, f"{what}: the freed block was not reused")
