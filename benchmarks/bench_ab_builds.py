@@ -1,5 +1,5 @@
-"""Times all_gather_into_tensor and reduce_scatter_tensor (out of place and in place) through `dist` only, so that
-two builds of tunedist (say, an issue's filing commit and today's) can be compared on one machine:
+"""Times all_gather_into_tensor (out of place and in place), reduce_scatter_tensor and broadcast through `dist`
+only, so that two builds of tunedist (say, an issue's filing commit and today's) can be compared on one machine:
 
     PYTHONPATH=<build A>/python torchrun --standalone --nproc_per_node=2 benchmarks/bench_ab_builds.py --json a1.json
     PYTHONPATH=<build B>/python torchrun --standalone --nproc_per_node=2 benchmarks/bench_ab_builds.py --json b1.json
@@ -50,6 +50,9 @@ def make_points(nbytes: int, rank: int, world: int, empty=torch.empty):
     total = float(world * (world + 1) // 2)
     points["reduce_scatter oop"] = (lambda: dist.reduce_scatter_tensor(rs_out, rs_in),
                                     lambda: bool((rs_out == total).all()))
+    bc = empty(n)
+    bc.fill_(7.0 if rank == 0 else float(rank))  # a broadcast that moves nothing leaves the peers' values
+    points["broadcast"] = (lambda: dist.broadcast(bc, src=0), lambda: bool((bc == 7.0).all()))
     return points
 
 

@@ -17,6 +17,9 @@ ShmOptions ShmOptions::fromEnv() {
     o.oneShotMaxBytes = size_t(*v);
     o.halfOneShotMaxBytes = size_t(*v);
   }
+  if (auto v = envNonNegativeInt("TUNEDIST_CACHED_COPY_MAX_BYTES")) {
+    o.cachedCopyMaxBytes = size_t(*v);
+  }
   if (auto v = envNonNegativeInt("TUNEDIST_SPIN_ITERS")) {
     o.spinIters = int(*v);
   }

@@ -17,6 +17,7 @@ struct ShmOptions {
   static constexpr size_t kDefaultHalfOneShotMaxBytes = size_t(64) << 10;
   static constexpr size_t kDefaultP2pChannelBytes = size_t(256) << 10;
   static constexpr int kDefaultSpinIters = 4000;
+  static constexpr size_t kDefaultCachedCopyMaxBytes = size_t(2) << 20;
   static constexpr std::chrono::milliseconds kDefaultHeartbeatPeriod{100};
   static constexpr std::chrono::milliseconds kDefaultDeadAfter{1000};
   static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
@@ -40,6 +41,11 @@ struct ShmOptions {
   size_t halfOneShotMaxBytes = kDefaultHalfOneShotMaxBytes;
   // Bytes of each ordered pair's send/recv ring.
   size_t p2pChannelBytes = kDefaultP2pChannelBytes;
+  // Operations that receive at most this many bytes on a rank copy them out of the peers' slots with plain stores,
+  // which leave the result in this core's cache; larger ones with streaming stores (copyBytes), which skip the
+  // read-for-ownership but send everything to memory. See kDefaultCachedCopyMaxBytes's measurement in
+  // docs/records/issue14/s13/.
+  size_t cachedCopyMaxBytes = kDefaultCachedCopyMaxBytes;
   // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
   int spinIters = kDefaultSpinIters;
   // How often each rank's heartbeat thread bumps its counter in shared memory.
@@ -65,7 +71,7 @@ struct ShmOptions {
   // Defaults overridden by TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES (both one-shot limits),
   // TUNEDIST_SPIN_ITERS,
   // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S, TUNEDIST_SYMMETRIC_MIN_BYTES,
-  // TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES where set.
+  // TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES, TUNEDIST_CACHED_COPY_MAX_BYTES where set.
   static ShmOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.
   void validate() const;

@@ -54,6 +54,10 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
            false, false);
     }
     const size_t part = slotPartBytes();
+    size_t received = 0;
+    for (int q = 0; q < size_; ++q) {
+      received += q != rank_ ? recvBytes[q] : 0;
+    }
     for (size_t off = 0; off < largest; off += part) {
       b = beginRound(ctx);
       for (int q = 0; q < size_; ++q) {
@@ -66,8 +70,8 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
       waitAll(ctx, publish(ctx));
       for (int q = 0; q < size_; ++q) {
         if (q != rank_ && off < recvBytes[q]) {
-          copyBytes(static_cast<char*>(recvs[q]) + off, slot(q, b) + size_t(rank_) * part,
-                    std::min(part, recvBytes[q] - off));
+          copyOut(static_cast<char*>(recvs[q]) + off, slot(q, b) + size_t(rank_) * part,
+                  std::min(part, recvBytes[q] - off), received);
         }
       }
       releaseBuffer(b);

@@ -30,7 +30,7 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
     // Step 1/1: the root's slot holds bytes [off, off+n).
     waitAll(ctx, publish(ctx));
     if (rank_ != root) {
-      copyBytes(data + off, slot(root, b), n);
+      copyOut(data + off, slot(root, b), n, bytes);
     }
     releaseBuffer(b);
     if (bytes == 0) {

@@ -223,6 +223,15 @@ class ShmComm {
       std::memmove(dst, src, bytes);
     }
   }
+  // Copies `n` bytes out of a peer's slot into the caller's memory; `received` is all this rank receives in the
+  // operation, which chooses cached or streaming stores (ShmOptions::cachedCopyMaxBytes).
+  void copyOut(void* dst, const void* src, size_t n, size_t received) const {
+    if (received <= options_.cachedCopyMaxBytes) {
+      copyBytesCached(dst, src, n);
+    } else {
+      copyBytes(dst, src, n);
+    }
+  }
   // Bytes of each of the size_ parts a slot is cut into (scatter, all_to_all, reduce_scatter, the two-shot
   // all-reduce's slices), rounded down to whole cache lines so parts never share one.
   size_t slotPartBytes() const { return (options_.slotBytes / size_t(size_)) / kCacheLine * kCacheLine; }

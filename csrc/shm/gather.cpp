@@ -36,7 +36,7 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
     if (receive) {
       for (int p = 0; p < size_; ++p) {
         if (p != rank_) {
-          copyBytes(static_cast<char*>(outs[p]) + off, slot(p, b), n);
+          copyOut(static_cast<char*>(outs[p]) + off, slot(p, b), n, bytes * size_t(size_ - 1));
         }
       }
     }

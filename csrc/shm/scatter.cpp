@@ -30,7 +30,7 @@ void ShmComm::scatter(const OpContext& ctx, const void* const* ins, void* out, s
       // Step 1/1: part q of the root's slot holds bytes [off, off+n) of rank q's block.
       waitAll(ctx, publish(ctx));
       if (rank_ != root) {
-        copyBytes(static_cast<char*>(out) + off, slot(root, b) + size_t(rank_) * part, n);
+        copyOut(static_cast<char*>(out) + off, slot(root, b) + size_t(rank_) * part, n, bytes);
       }
       releaseBuffer(b);
       if (bytes == 0) {

@@ -82,3 +82,36 @@ def test_collective(matrix, section):
     problems = section_problems(section, world_size, results)
     if problems:
         pytest.fail(f"{section} with world size {world_size}:\n" + "\n".join(problems), pytrace=False)
+
+
+# The copy out of the peers' slots uses cached stores up to TUNEDIST_CACHED_COPY_MAX_BYTES received and streaming
+# stores above; the sizes above mostly stay under the default. One more launch, with streaming stores for every
+# size and 4 KiB slots (so every call also runs many chunks), for the collectives that copy out of slots.
+STREAMING_SECTIONS = ("broadcast", "all_gather", "all_gather_into_tensor", "gather_scatter", "all_to_all",
+                      "all_to_all_single")
+
+
+def _run_streaming_checks(rank: int, world_size: int) -> dict:
+    c = Checker(rank, world_size)
+    for name in STREAMING_SECTIONS:
+        c.run(name, SECTIONS[name])
+    return {"failures": dict(c.failures), "digests": dict(c.digests), "ran": c.ran, "seconds": c.seconds}
+
+
+@pytest.fixture(scope="module")
+def streaming_run():
+    env = {"TUNEDIST_CACHED_COPY_MAX_BYTES": "0", "TUNEDIST_SLOT_BYTES": "4096"}
+    try:
+        return launch(3, _run_streaming_checks, timeout_s=420, env=env), None
+    except AssertionError as exc:
+        return None, exc
+
+
+@pytest.mark.parametrize("section", STREAMING_SECTIONS)
+def test_collective_streaming_copy_out(streaming_run, section):
+    results, error = streaming_run
+    if error is not None:
+        pytest.fail(f"the world-size-3 run with streaming copy-out failed:\n{error}", pytrace=False)
+    problems = section_problems(section, 3, results)
+    if problems:
+        pytest.fail(f"{section} with streaming copy-out and 4 KiB slots:\n" + "\n".join(problems), pytrace=False)

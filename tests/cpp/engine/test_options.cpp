@@ -68,6 +68,12 @@ TEST_CASE("TUNEDIST_ONESHOT_MAX_BYTES sets the one-shot limit of every dtype", "
   CHECK(o.oneShotMaxBytesFor(shm::DType::kFloat32) == 512 * KiB);
 }
 
+TEST_CASE("TUNEDIST_CACHED_COPY_MAX_BYTES sets where the copy out of slots turns to streaming stores", "[options]") {
+  CHECK(shm::ShmOptions{}.cachedCopyMaxBytes == 2 * MiB);
+  ScopedEnv env("TUNEDIST_CACHED_COPY_MAX_BYTES", "0");
+  CHECK(shm::ShmOptions::fromEnv().cachedCopyMaxBytes == 0);
+}
+
 TEST_CASE("the cross-host chunk is a quarter of the call within 1-8 MiB unless set", "[options]") {
   shm::CrossHostOptions o;
   CHECK(o.chunkBytesFor(0) == 1 * MiB);
