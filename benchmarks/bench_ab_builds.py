@@ -25,17 +25,27 @@ from bench_call_budget import parse_size, per_call_us  # this folder: the same s
 DEFAULT_SIZES = "64K,256K,1M,4M,16M"
 
 
-def make_points(nbytes: int, rank: int, world: int, empty=torch.empty):
+def make_points(nbytes: int, rank: int, world: int, empty=torch.empty, fresh: bool = False):
     """{name: (call, check)} for one size: `nbytes` is the all_gather output and the reduce_scatter input. `empty`
-    allocates every buffer (tunedist.symmetric_empty with --symmetric)."""
+    allocates every buffer (tunedist.symmetric_empty with --symmetric). The in-place all_gather writes its input
+    before every call, inside the timing; with `fresh`, every point does (as training does: the input was just
+    computed, so it sits in its owner's cache), otherwise the others write theirs once."""
     n = nbytes // 4 // world * world
     block = n // world
     points = {}
+
+    def point(name, write, collective, check):
+        write()
+        if fresh:
+            points[name] = (lambda: (write(), collective()), check)
+        else:
+            points[name] = (collective, check)
+
     inp = empty(block)
-    inp.fill_(float(rank + 1))
     out = empty(n)
     expect_ag = torch.arange(1, world + 1, dtype=torch.float32).repeat_interleave(block)
-    points["all_gather oop"] = (lambda: dist.all_gather_into_tensor(out, inp), lambda: torch.equal(out, expect_ag))
+    point("all_gather oop", lambda: inp.fill_(float(rank + 1)), lambda: dist.all_gather_into_tensor(out, inp),
+          lambda: torch.equal(out, expect_ag))
     buf = empty(n)
     mine = buf.narrow(0, rank * block, block)
 
@@ -45,23 +55,23 @@ def make_points(nbytes: int, rank: int, world: int, empty=torch.empty):
 
     points["all_gather ip"] = (ag_inplace, lambda: torch.equal(buf, expect_ag))
     rs_in = empty(n)
-    rs_in.fill_(float(rank + 1))
     rs_out = empty(block)
     total = float(world * (world + 1) // 2)
-    points["reduce_scatter oop"] = (lambda: dist.reduce_scatter_tensor(rs_out, rs_in),
-                                    lambda: bool((rs_out == total).all()))
+    point("reduce_scatter oop", lambda: rs_in.fill_(float(rank + 1)),
+          lambda: dist.reduce_scatter_tensor(rs_out, rs_in), lambda: bool((rs_out == total).all()))
     bc = empty(n)
-    bc.fill_(7.0 if rank == 0 else float(rank))  # a broadcast that moves nothing leaves the peers' values
-    points["broadcast"] = (lambda: dist.broadcast(bc, src=0), lambda: bool((bc == 7.0).all()))
+    bc.fill_(float(rank))  # a broadcast that moves nothing leaves the peers' values
+    point("broadcast", lambda: bc.fill_(7.0) if rank == 0 else None, lambda: dist.broadcast(bc, src=0),
+          lambda: bool((bc == 7.0).all()))
     return points
 
 
-def measure(sizes, rounds: int, empty=torch.empty) -> dict:
+def measure(sizes, rounds: int, empty=torch.empty, fresh: bool = False) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     res: dict = {}
     for nbytes in sizes:
         iters = max(20, min(2000, (256 << 20) // nbytes // 4))
-        for name, (call, check) in make_points(nbytes, rank, world, empty).items():
+        for name, (call, check) in make_points(nbytes, rank, world, empty, fresh).items():
             for _ in range(5):
                 call()
             ok = check()
@@ -105,6 +115,9 @@ def main(argv=None) -> int:
     p.add_argument("--symmetric", action="store_true",
                    help="every buffer from the group's symmetric heap (tunedist.symmetric_empty; zero-copy from "
                         "TUNEDIST_SYMMETRIC_MIN_BYTES): builds that have it only")
+    p.add_argument("--fresh", action="store_true",
+                   help="every call first writes its input (the root's buffer for broadcast), timed: the input is "
+                        "in its owner's cache, as in training, instead of wherever an earlier call left it")
     p.add_argument("--compare", nargs=2, metavar=("A_FILES", "B_FILES"),
                    help="comma-separated JSON files of build A and of build B: print the ratios, run nothing")
     args = p.parse_args(argv)
@@ -119,13 +132,13 @@ def main(argv=None) -> int:
     empty = torch.empty
     if args.symmetric:
         empty = tunedist.symmetric_empty
-    points = measure([parse_size(s) for s in args.sizes.split(",")], args.rounds, empty)
+    points = measure([parse_size(s) for s in args.sizes.split(",")], args.rounds, empty, args.fresh)
     if dist.get_rank() == 0:
         for key, r in points.items():
             print(f"{key:32s} {r['p50_us']:10.1f} us")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"tunedist_file": tunedist.__file__, "symmetric": args.symmetric,
+                json.dump({"tunedist_file": tunedist.__file__, "symmetric": args.symmetric, "fresh": args.fresh,
                            "world_size": dist.get_world_size(),
                            "load_before_after": [load0, os.getloadavg()[0]], "points": points}, f, indent=1)
     dist.destroy_process_group()

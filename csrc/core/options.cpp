@@ -55,6 +55,13 @@ size_t ShmOptions::symmetricMinBytesFor(int ranksOnHost) const {
   return ranksOnHost <= cores ? kDefaultSymmetricMinBytes : kOversubscribedSymmetricMinBytes;
 }
 
+size_t ShmOptions::symmetricBroadcastMinBytesFor(int ranksOnHost) const {
+  if (symmetricMinBytes) {
+    return *symmetricMinBytes;
+  }
+  return std::max(symmetricMinBytesFor(ranksOnHost), kDefaultSymmetricBroadcastMinBytes);
+}
+
 size_t ShmOptions::oneShotMaxBytesFor(DType dtype) const {
   const bool half = dtype == DType::kBFloat16 || dtype == DType::kFloat16;
   return std::min({oneShotMaxBytes, half ? halfOneShotMaxBytes : oneShotMaxBytes, slotBytes});

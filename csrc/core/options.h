@@ -24,6 +24,7 @@ struct ShmOptions {
   static constexpr std::chrono::seconds kDefaultSweepMinAge{30};
   static constexpr size_t kDefaultSymmetricMinBytes = size_t(256) << 10;
   static constexpr size_t kOversubscribedSymmetricMinBytes = size_t(2) << 20;
+  static constexpr size_t kDefaultSymmetricBroadcastMinBytes = size_t(16) << 20;
   static constexpr size_t kDefaultSymmetricChunkBytes = size_t(64) << 20;
   static constexpr size_t kDefaultSymmetricHeapBytes = size_t(16) << 30;
 
@@ -82,6 +83,12 @@ struct ShmOptions {
   // scheduled, it takes up to 1.9x the copying time at 256-512 KiB, 0.7-1.2x at 1 MiB, and 0.55-0.89x for every op
   // from 2 MiB.
   size_t symmetricMinBytesFor(int ranksOnHost) const;
+  // The same for broadcast: symmetricMinBytes when set, else at least kDefaultSymmetricBroadcastMinBytes (16 MiB).
+  // Measured on 2 ranks with the root's buffer written just before each call, as when a rank broadcasts what it
+  // just computed (docs/records/issue14/s13/sym_broadcast/, 3 runs): the zero-copy broadcast, where the peer reads
+  // that buffer out of the root's cache, took 1.28-1.69x the copying one's time at 256 KiB-4 MiB, and 0.84-1.27x at
+  // 16 MiB. With a buffer written long before it was up to 1.4x faster (s13/copyout/default_vs_symmetric.txt).
+  size_t symmetricBroadcastMinBytesFor(int ranksOnHost) const;
   // The largest all_reduce of `dtype` that runs one-shot: oneShotMaxBytes, for bf16/fp16 at most
   // halfOneShotMaxBytes, never more than one slot.
   size_t oneShotMaxBytesFor(DType dtype) const;

@@ -364,20 +364,20 @@ def test_fsdp_symmetric_benchmark_runs_zero_copy_with_equal_losses(tmp_path):
     assert "losses: EQUAL" in text and "WARNING" not in text
 
 
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_ab_builds_benchmark_checks_and_compares(tmp_path, symmetric):
+@pytest.mark.parametrize("symmetric,fresh", [(False, False), (True, True)], ids=["plain", "symmetric_fresh"])
+def test_ab_builds_benchmark_checks_and_compares(tmp_path, symmetric, fresh):
     """benchmarks/bench_ab_builds.py, shrunk: every point is checked against its closed form (a wrong result fails
     the run) and timed; --compare of a run against itself gives ratio 1 at every point."""
     out = tmp_path / "ab.json"
     _torchrun("benchmarks/bench_ab_builds.py", "--sizes", "64K,1M", "--rounds", "1", "--json", str(out),
-              *(["--symmetric"] if symmetric else []))
+              *(["--symmetric"] if symmetric else []), *(["--fresh"] if fresh else []))
     data = json.loads(out.read_text())
-    assert data["symmetric"] is symmetric and data["world_size"] == 2
-    ops = ("all_gather oop", "all_gather ip", "reduce_scatter oop")
+    assert data["symmetric"] is symmetric and data["fresh"] is fresh and data["world_size"] == 2
+    ops = ("all_gather oop", "all_gather ip", "reduce_scatter oop", "broadcast")
     assert sorted(data["points"]) == sorted(f"{op} {n}" for op in ops for n in (65536, 1 << 20))
     assert all(p["p50_us"] > 0 and len(p["rounds_us"]) == 1 for p in data["points"].values())
     proc = subprocess.run([sys.executable, "benchmarks/bench_ab_builds.py", "--compare", str(out), str(out)],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
     rows = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
-    assert len(rows) == 6 and all("A/B  1.00" in line for line in rows), proc.stdout
+    assert len(rows) == 8 and all("A/B  1.00" in line for line in rows), proc.stdout

@@ -5,11 +5,14 @@
 namespace tunedist {
 
 SymmetricHost::SymmetricHost(std::unique_ptr<shm::ShmComm> comm)
-    : comm_(comm.get()), minBytes_(comm->options().symmetricMinBytesFor(comm->size())), copying_(std::move(comm)) {}
+    : comm_(comm.get()),
+      minBytes_(comm->options().symmetricMinBytesFor(comm->size())),
+      broadcastMinBytes_(comm->options().symmetricBroadcastMinBytesFor(comm->size())),
+      copying_(std::move(comm)) {}
 
-bool SymmetricHost::symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) const {
+bool SymmetricHost::symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref, size_t minBytes) const {
   const auto& heap = comm_->heap();
-  return heap != nullptr && comm_->size() > 1 && bytes >= minBytes_ && heap->locate(ptr, bytes, ref);
+  return heap != nullptr && comm_->size() > 1 && bytes >= minBytes && heap->locate(ptr, bytes, ref);
 }
 
 bool SymmetricHost::consecutive(const std::vector<at::Tensor>& blocks, size_t bytes) {
@@ -34,7 +37,7 @@ void SymmetricHost::allreduce(const shm::OpContext& ctx, const at::Tensor& t, co
 
 void SymmetricHost::broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) {
   shm::HeapRef ref;
-  if (symmetric(t.data_ptr(), ops::tensorBytes(t), &ref)) {
+  if (symmetric(t.data_ptr(), ops::tensorBytes(t), &ref, broadcastMinBytes_)) {
     comm_->broadcastSymmetric(ctx, t.data_ptr(), ref, ops::tensorBytes(t), root);
   } else {
     copying_.broadcast(ctx, t, root);

@@ -44,12 +44,16 @@ class SymmetricHost final : public HostCollectives {
 
  private:
   // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation is large enough to gain.
-  bool symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) const;
+  bool symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) const {
+    return symmetric(ptr, bytes, ref, minBytes_);
+  }
+  bool symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref, size_t minBytes) const;
   // Whether blocks[p] are consecutive contiguous pieces of one buffer that starts at blocks[0], each `bytes` long.
   static bool consecutive(const std::vector<at::Tensor>& blocks, size_t bytes);
 
   shm::ShmComm* comm_;
-  size_t minBytes_;  // ShmOptions::symmetricMinBytesFor(ranks)
+  size_t minBytes_;           // ShmOptions::symmetricMinBytesFor(ranks)
+  size_t broadcastMinBytes_;  // ShmOptions::symmetricBroadcastMinBytesFor(ranks)
   OneHost copying_;
 };
 

@@ -18,7 +18,7 @@ void ShmComm::broadcastSymmetric(const OpContext& ctx, void* buf, HeapRef ref, s
         // Step 1/2: the root's buffer holds the data.
         syncRound(ctx);
         if (rank_ != root) {
-          copyBytes(buf, peerBuffer(ctx, root, bytes), bytes);
+          copyOut(buf, peerBuffer(ctx, root, bytes), bytes, bytes);
         }
         // Step 2/2: we have read the root's buffer; it may return and reuse it.
         syncRound(ctx);

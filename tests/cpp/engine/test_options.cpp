@@ -68,6 +68,16 @@ TEST_CASE("TUNEDIST_ONESHOT_MAX_BYTES sets the one-shot limit of every dtype", "
   CHECK(o.oneShotMaxBytesFor(shm::DType::kFloat32) == 512 * KiB);
 }
 
+TEST_CASE("broadcast runs zero-copy from 16 MiB unless TUNEDIST_SYMMETRIC_MIN_BYTES says otherwise", "[options]") {
+  shm::ShmOptions o;
+  CHECK(o.symmetricBroadcastMinBytesFor(1) == 16 * MiB);
+  CHECK(o.symmetricBroadcastMinBytesFor(1024) == 16 * MiB);
+  o.symmetricMinBytes = 0;
+  CHECK(o.symmetricBroadcastMinBytesFor(1) == 0);
+  o.symmetricMinBytes = 64 * MiB;
+  CHECK(o.symmetricBroadcastMinBytesFor(1) == 64 * MiB);
+}
+
 TEST_CASE("TUNEDIST_CACHED_COPY_MAX_BYTES sets where the copy out of slots turns to streaming stores", "[options]") {
   CHECK(shm::ShmOptions{}.cachedCopyMaxBytes == 2 * MiB);
   ScopedEnv env("TUNEDIST_CACHED_COPY_MAX_BYTES", "0");
