@@ -48,12 +48,15 @@ SECTIONS = {
 ONLY_AT = {"functional": (2,)}
 
 
-def _run_all_checks(rank: int, world_size: int) -> dict:
+def _run_sections(rank: int, world_size: int, names) -> dict:
     c = Checker(rank, world_size)
-    for name, fn in SECTIONS.items():
-        if world_size in ONLY_AT.get(name, (world_size,)):
-            c.run(name, fn)
+    for name in names:
+        c.run(name, SECTIONS[name])
     return {"failures": dict(c.failures), "digests": dict(c.digests), "ran": c.ran, "seconds": c.seconds}
+
+
+def _run_all_checks(rank: int, world_size: int) -> dict:
+    return _run_sections(rank, world_size, [n for n in SECTIONS if world_size in ONLY_AT.get(n, (world_size,))])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -91,18 +94,11 @@ STREAMING_SECTIONS = ("broadcast", "all_gather", "all_gather_into_tensor", "gath
                       "all_to_all_single")
 
 
-def _run_streaming_checks(rank: int, world_size: int) -> dict:
-    c = Checker(rank, world_size)
-    for name in STREAMING_SECTIONS:
-        c.run(name, SECTIONS[name])
-    return {"failures": dict(c.failures), "digests": dict(c.digests), "ran": c.ran, "seconds": c.seconds}
-
-
 @pytest.fixture(scope="module")
 def streaming_run():
     env = {"TUNEDIST_CACHED_COPY_MAX_BYTES": "0", "TUNEDIST_SLOT_BYTES": "4096"}
     try:
-        return launch(3, _run_streaming_checks, timeout_s=420, env=env), None
+        return launch(3, _run_sections, STREAMING_SECTIONS, timeout_s=420, env=env), None
     except AssertionError as exc:
         return None, exc
 
