@@ -65,13 +65,13 @@ const kernels::KernelTable& kernels::activeKernelTable() {
   return kernels::scalar::kKernelTable;
 }
 
-namespace {
 bool rangesOverlap(const void* a, const void* b, size_t bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a);
   const auto y = reinterpret_cast<uintptr_t>(b);
   return x < y + bytes && y < x + bytes;
 }
 
+namespace {
 // Whether reducing a single term gives that term back unchanged (so a one-source reduce in place has nothing to do,
 // as a world-size-1 all-reduce): every op but a scaling AVG or PREMUL_SUM. Bool is excluded: its kernel normalises
 // any nonzero byte to 1.

@@ -41,6 +41,9 @@ void checkReduceSupported(DType dtype, RedOp op);
 // PREMUL_SUM is refused (NCCL rounds the factor to the integer type; no single meaning is obvious).
 void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count);
 
+// Whether [a, a+bytes) and [b, b+bytes) share a byte.
+bool rangesOverlap(const void* a, const void* b, size_t bytes);
+
 // The streaming copy (and what the benchmark's memcpy_gbps measures): from 16 KiB up, the AVX2/AVX-512 levels write
 // with non-temporal stores (no read-for-ownership of dst) and end with an sfence, so a following release store
 // publishes the data. The collectives use it to copy out of a peer's slot into a user's tensor when a rank receives

@@ -8,10 +8,12 @@ namespace tunedist::shm {
 
 // all_gather / gather (gatherTo, gather.cpp), per chunk of one slot:
 //   1. copy our chunk into our slot;
-//   2. publish; wait for all;
+//   2. publish; copy our own chunk straight from the input into our output block; wait for all;
 //   3. copy each peer's chunk into its output block (gather: on the root only).
-// Our own block is copied last, straight from the input, so an input that is a view into its own block of the
-// output (FSDP2's in-place all-gather) is never overwritten before it is read.
+// Copying our own block in step 2 fills the time a rank would otherwise spin waiting for a slower peer. An input
+// that partially overlaps its own output block instead has that block copied after the last round (the backend
+// clones an input that overlaps a peer's block: ops::unaliasedSource); one that is exactly its block (FSDP2's in-place
+// all-gather) needs no copy.
 void ShmComm::allgather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs) {
   gatherTo(ctx, in, bytes, outs, -1);
 }

@@ -24,7 +24,8 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
-    if (rank_ == root) {
+    // With no peer (a group of one) nobody reads the slot.
+    if (rank_ == root && size_ > 1) {
       copyBytesCached(slot(root, b), data + off, n);
     }
     // Step 1/1: the root's slot holds bytes [off, off+n).

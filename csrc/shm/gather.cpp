@@ -24,15 +24,25 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
   const bool all = root < 0;
   const bool receive = all || rank_ == root;
   const char* src = static_cast<const char*>(in);
+  char* own = receive ? static_cast<char*>(outs[rank_]) : nullptr;
+  // Our own block is copied while the peers catch up (between publishing and waiting), unless the input overlaps
+  // it without being it: then a chunk's copy could overwrite input that a later chunk still has to read, so the
+  // block goes last, in one memmove.
+  const bool ownEarly = receive && (own == src || !rangesOverlap(own, src, bytes));
   const size_t chunk = options_.slotBytes;
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
-    if (all || rank_ != root) {
+    // With no peer (a group of one) nobody reads the slot.
+    if ((all || rank_ != root) && size_ > 1) {
       copyBytesCached(slot(rank_, b), src + off, n);
     }
     // Step 1/1: our slot holds bytes [off, off+n) of our input.
-    waitAll(ctx, publish(ctx));
+    const uint64_t step = publish(ctx);
+    if (ownEarly) {
+      copyOwn(own + off, src + off, n);
+    }
+    waitAll(ctx, step);
     if (receive) {
       for (int p = 0; p < size_; ++p) {
         if (p != rank_) {
@@ -45,8 +55,8 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
       break;
     }
   }
-  if (receive) {
-    copyOwn(outs[rank_], in, bytes);
+  if (receive && !ownEarly) {
+    copyOwn(own, src, bytes);
   }
 }
 

@@ -31,7 +31,7 @@ Profile profile(bool defaults) {
   return p;
 }
 
-std::string caseName(const char* coll, int size, size_t bytes, int root = -1) {
+std::string caseName(const std::string& coll, int size, size_t bytes, int root = -1) {
   return detail::str(coll, ", ", size, " ranks, ", bytes, " bytes", root >= 0 ? detail::str(", root ", root) : "");
 }
 
@@ -42,23 +42,34 @@ void broadcastCase(Peer& p, size_t bytes, int root, int salt) {
   checkPattern(what, p.rank(), buf.data(), bytes, root, salt);
 }
 
-// root < 0: all_gather. Outputs are blocks of one contiguous buffer, as torch passes them; with `inPlace` the
-// input is our own block of that buffer.
-void gatherCase(Peer& p, size_t bytes, int root, bool inPlace, int salt) {
+// Where a gather's input lives: its own buffer, exactly its own block of the output (FSDP2's in-place
+// all-gather), or, on rank 0, half a block before its own block so that the two partially overlap (the backend
+// clones only inputs that overlap a peer's block; one that overlaps its own must be read before that block is
+// written). Other ranks use their own buffer in the shifted case.
+enum class Src { kSeparate, kOwnBlock, kShiftedOwn };
+
+// root < 0: all_gather. Outputs are blocks of one contiguous buffer, as torch passes them, after `lead` bytes
+// where rank 0's shifted input may start.
+void gatherCase(Peer& p, size_t bytes, int root, Src where, int salt) {
   const bool all = root < 0;
-  const std::string what = caseName(all ? (inPlace ? "in-place all_gather" : "all_gather") : "gather", p.size(), bytes,
-                                    root);
+  const char* how = where == Src::kOwnBlock ? "in-place " : where == Src::kShiftedOwn ? "shifted-input " : "";
+  const std::string what = caseName(detail::str(how, all ? "all_gather" : "gather"), p.size(), bytes, root);
   const size_t size = size_t(p.size());
-  std::vector<uint8_t> out(bytes * size + 64, 0xA5);
+  const size_t lead = bytes / 2 + 1;
+  std::vector<uint8_t> buf(lead + bytes * size + 64, 0xA5);
+  uint8_t* out = buf.data() + lead;
   std::vector<void*> outs;
   for (size_t q = 0; q < size; ++q) {
-    outs.push_back(out.data() + q * bytes);
+    outs.push_back(out + q * bytes);
   }
   std::vector<uint8_t> in = patternBytes(p.rank(), bytes, salt);
   const void* src = in.data();
-  if (inPlace) {
+  if (where == Src::kOwnBlock) {
     std::copy(in.begin(), in.end(), static_cast<uint8_t*>(outs[size_t(p.rank())]));
     src = outs[size_t(p.rank())];
+  } else if (where == Src::kShiftedOwn && p.rank() == 0 && bytes > 0) {
+    std::copy(in.begin(), in.end(), out - lead);
+    src = out - lead;
   }
   if (all) {
     p.comm.allgather(p.op("all_gather"), src, bytes, outs.data());
@@ -69,9 +80,9 @@ void gatherCase(Peer& p, size_t bytes, int root, bool inPlace, int salt) {
     for (size_t q = 0; q < size; ++q) {
       checkPattern(what, p.rank(), static_cast<uint8_t*>(outs[q]), bytes, int(q), salt);
     }
-    for (size_t i = bytes * size; i < out.size(); ++i) {
-      if (out[i] != 0xA5) {
-        failAt(what + " (guard past the output)", p.rank(), i, int(out[i]), 0xA5);
+    for (size_t i = lead + bytes * size; i < buf.size(); ++i) {
+      if (buf[i] != 0xA5) {
+        failAt(what + " (guard past the output)", p.rank(), i, int(buf[i]), 0xA5);
       }
     }
   }
@@ -177,8 +188,8 @@ void runPlanned(Peer& p, const PlannedOp& op) {
     case 0: return allreduceSumCase(p, op.count, op.salt);
     case 1: return allreduceSumCase(p, op.count * 4, op.salt);
     case 2: return broadcastCase(p, op.count, op.root, op.salt);
-    case 3: return gatherCase(p, op.count, -1, op.salt % 2 == 0, op.salt);
-    case 4: return gatherCase(p, op.count, op.root, false, op.salt);
+    case 3: return gatherCase(p, op.count, -1, op.salt % 2 == 0 ? Src::kOwnBlock : Src::kSeparate, op.salt);
+    case 4: return gatherCase(p, op.count, op.root, Src::kSeparate, op.salt);
     case 5: return scatterCase(p, op.count, op.root, op.salt);
     case 6: return alltoallCase(p, op.count, op.salt % 2 == 0);
     default: return p.comm.barrier(p.op("barrier"));
@@ -216,10 +227,12 @@ TEST_CASE("all_gather and gather deliver every rank's block", "[shm][all_gather]
   ShmLeakCheck leaks;
   runGroup(size, prof.options, [&](Peer& p) {
     for (size_t bytes : prof.counts) {
-      gatherCase(p, bytes, -1, false, 1);
-      gatherCase(p, bytes, -1, true, 2);
+      gatherCase(p, bytes, -1, Src::kSeparate, 1);
+      gatherCase(p, bytes, -1, Src::kOwnBlock, 2);
+      gatherCase(p, bytes, -1, Src::kShiftedOwn, 3);
       for (int root : prof.roots(size)) {
-        gatherCase(p, bytes, root, false, 3 + root);
+        gatherCase(p, bytes, root, Src::kSeparate, 4 + root);
+        gatherCase(p, bytes, root, Src::kShiftedOwn, 4 + root);
       }
     }
   });
