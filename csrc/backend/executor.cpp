@@ -23,25 +23,26 @@ Executor::Executor(int rank, Options options, Prepare prepare)
 
 Executor::~Executor() { shutdown(); }
 
-c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                                                const std::vector<at::Tensor>& inputs, bool asyncOp,
-                                                std::chrono::milliseconds timeout, size_t bytes, Body body) {
-  std::unique_lock<std::mutex> lock(mutex_);
+c10::intrusive_ptr<TunedWork> Executor::admitLocked(c10d::OpType type, const char* name,
+                                                    std::vector<at::Tensor> outputs,
+                                                    const std::vector<at::Tensor>& inputs,
+                                                    std::chrono::milliseconds timeout) {
   TORCH_CHECK(!stop_, "tunedist: ", name, " on rank ", rank_, ": the process group was shut down or aborted");
-  const uint64_t seq = ++seq_;
-  auto work = c10::make_intrusive<TunedWork>(rank_, type, name, seq, std::move(outputs), inputs, timeout);
-  Item item{work, std::move(body), timeout, name};
+  auto work = c10::make_intrusive<TunedWork>(rank_, type, name, ++seq_, std::move(outputs), inputs, timeout);
   if (coalescing_) {
     coalesced_.push_back(work);
   }
-  const bool onWorker = std::this_thread::get_id() == worker_.get_id();
-  if ((!asyncOp || options_.inlineAsync) && !busy_ && queue_.empty() && !onWorker && bytes <= options_.inlineMaxBytes &&
-      !coalescing_) {
-    // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
-    runLocked(item, lock);
-    return work;
-  }
-  if (onWorker) {
+  return work;
+}
+
+bool Executor::mayRunInlineLocked(bool asyncOp, size_t bytes) const {
+  return (!asyncOp || options_.inlineAsync) && !busy_ && queue_.empty() && !coalescing_ &&
+         bytes <= options_.inlineMaxBytes && std::this_thread::get_id() != worker_.get_id();
+}
+
+void Executor::enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body body, std::chrono::milliseconds timeout,
+                             const char* name) {
+  if (std::this_thread::get_id() == worker_.get_id()) {
     retireWorkerLocked();
   } else {
     // A thread that waits for this Work runs the queue itself while the worker is idle (helpUntil).
@@ -51,9 +52,22 @@ c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* n
       }
     });
   }
-  queue_.push_back(std::move(item));
+  queue_.push_back(Item{work, std::move(body), timeout, name});
   cv_.notify_all();
-  return work;
+}
+
+shm::OpContext Executor::contextFor(const TunedWork& work, const char* name, std::chrono::milliseconds timeout) {
+  // Messages name the op as users call it ("all_reduce"), not by its profiler title ("tuned:all_reduce").
+  const char* opName = std::strncmp(name, "tuned:", 6) == 0 ? name + 6 : name;
+  return shm::OpContext{opName, work.getSequencenumber(), std::chrono::steady_clock::now() + timeout};
+}
+
+void Executor::finishInline(TunedWork& work, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    releaseEngineLocked();
+  }
+  settle(work, std::move(error));
 }
 
 // Called with mutex_ held when an operation leaves the engine. Only the worker sleeps on cv_, and it has something
@@ -92,7 +106,7 @@ void Executor::runLocked(Item& item, std::unique_lock<std::mutex>& lock) {
   lock.lock();
   releaseEngineLocked();
   lock.unlock();
-  settle(item, error);
+  settle(*item.work, std::move(error));
   lock.lock();
 }
 
@@ -123,9 +137,7 @@ void Executor::retireWorkerLocked() {
 }
 
 std::exception_ptr Executor::execute(Item& item) {
-  // Messages name the op as users call it ("all_reduce"), not by its profiler title ("tuned:all_reduce").
-  const char* opName = std::strncmp(item.name, "tuned:", 6) == 0 ? item.name + 6 : item.name;
-  shm::OpContext ctx{opName, item.work->getSequencenumber(), std::chrono::steady_clock::now() + item.timeout};
+  const shm::OpContext ctx = contextFor(*item.work, item.name, item.timeout);
   try {
     prepare_(ctx);
     item.body(ctx);
@@ -135,11 +147,11 @@ std::exception_ptr Executor::execute(Item& item) {
   return nullptr;
 }
 
-void Executor::settle(Item& item, std::exception_ptr error) {
+void Executor::settle(TunedWork& work, std::exception_ptr error) {
   if (error) {
-    item.work->completeWithError(std::move(error));
+    work.completeWithError(std::move(error));
   } else {
-    item.work->complete();
+    work.complete();
   }
 }
 
@@ -224,7 +236,7 @@ void Executor::shutdown() {
     }
   }
   for (auto& item : orphans) {
-    settle(item, std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
+    settle(*item.work, std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
                                                         ": the process group was destroyed while it was queued"))));
   }
   for (auto& t : threads) {

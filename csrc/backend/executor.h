@@ -58,10 +58,12 @@ class Executor : public std::enable_shared_from_this<Executor> {
   Executor& operator=(const Executor&) = delete;
 
   // Queues (or runs inline) one operation and returns its Work. `name` is the profiler title ("tuned:all_reduce");
-  // `timeout` is the operation's own (already resolved against the group's default).
+  // `timeout` is the operation's own (already resolved against the group's default). `body` is any callable taking
+  // the OpContext: a call that runs inline calls it as it is, and only a queued one pays for a Body (an allocation).
+  template <typename F>
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                         const std::vector<at::Tensor>& inputs, bool asyncOp,
-                                        std::chrono::milliseconds timeout, size_t bytes, Body body);
+                                        std::chrono::milliseconds timeout, size_t bytes, F&& body);
   // Records a Work made outside launch() (send/recv) in the coalesced block being built, if any.
   void trackWork(const c10::intrusive_ptr<c10d::Work>& work);
   void startCoalescing();
@@ -84,11 +86,23 @@ class Executor : public std::enable_shared_from_this<Executor> {
     const char* name;
   };
 
+  // With mutex_ held: the next sequence number and its Work (recorded in an open coalescing block).
+  c10::intrusive_ptr<TunedWork> admitLocked(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                            const std::vector<at::Tensor>& inputs, std::chrono::milliseconds timeout);
+  // With mutex_ held: whether this call may run on the caller's thread now (nothing queued or running).
+  bool mayRunInlineLocked(bool asyncOp, size_t bytes) const;
+  void enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body body, std::chrono::milliseconds timeout,
+                     const char* name);
+  // The context an operation runs with: its name as users call it, its sequence number and deadline.
+  static shm::OpContext contextFor(const TunedWork& work, const char* name, std::chrono::milliseconds timeout);
+  // After an inline run: frees the engine for the queue, then completes the Work.
+  void finishInline(TunedWork& work, std::exception_ptr error);
+
   void workerLoop();
   // Runs the operation's body; returns its failure, if any.
   std::exception_ptr execute(Item& item);
   // Completes the operation's Work (runs its future's callbacks).
-  static void settle(Item& item, std::exception_ptr error);
+  static void settle(TunedWork& work, std::exception_ptr error);
   void retireWorkerLocked();
   void releaseEngineLocked();
   void helpUntil(const TunedWork& work);
@@ -110,5 +124,30 @@ class Executor : public std::enable_shared_from_this<Executor> {
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
 };
+
+template <typename F>
+c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                                const std::vector<at::Tensor>& inputs, bool asyncOp,
+                                                std::chrono::milliseconds timeout, size_t bytes, F&& body) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto work = admitLocked(type, name, std::move(outputs), inputs, timeout);
+  if (!mayRunInlineLocked(asyncOp, bytes)) {
+    enqueueLocked(work, Body(std::forward<F>(body)), timeout, name);
+    return work;
+  }
+  // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
+  busy_ = true;
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    const shm::OpContext ctx = contextFor(*work, name, timeout);
+    prepare_(ctx);
+    body(ctx);
+  } catch (const std::exception&) {
+    error = std::current_exception();
+  }
+  finishInline(*work, std::move(error));
+  return work;
+}
 
 }  // namespace tunedist

@@ -27,12 +27,26 @@ TunedWork::TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, 
                  profiled ? std::optional<std::vector<at::Tensor>>(inputs.vec()) : std::nullopt),
       seq_(seq),
       outputs_(std::move(outputs)),
-      timeout_(timeout),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {}
+      timeout_(timeout) {}
 
-bool TunedWork::isCompleted() { return future_->completed(); }
+// state_ is set after the future is marked: a caller woken by the future may look before state_ is set, and then
+// the future answers.
+bool TunedWork::isCompleted() {
+  if (finished()) {
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(futureMutex_);
+  return future_ && future_->completed();
+}
 
-bool TunedWork::isSuccess() const { return future_->completed() && !future_->hasError(); }
+bool TunedWork::isSuccess() const {
+  const int state = state_.load(std::memory_order_acquire);
+  if (state != kPending) {
+    return state == kSucceeded;
+  }
+  std::lock_guard<std::mutex> lock(futureMutex_);
+  return future_ && future_->completed() && !future_->hasError();
+}
 
 bool TunedWork::wait(std::chrono::milliseconds timeout) {
   if (helper_) {
@@ -44,12 +58,18 @@ bool TunedWork::wait(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   const auto spinUntil = start + std::chrono::microseconds(10);
   const auto pollUntil = start + std::chrono::microseconds(200);
-  for (auto now = start; !future_->completed() && now < pollUntil; now = std::chrono::steady_clock::now()) {
+  for (auto now = start; !finished() && now < pollUntil; now = std::chrono::steady_clock::now()) {
     if (now < spinUntil) {
       shm::cpuRelax();
     } else {
       sched_yield();
     }
+  }
+  // Settled (the common case: a synchronous call ran inline): no lock.
+  switch (state_.load(std::memory_order_acquire)) {
+    case kSucceeded: return true;
+    case kFailed: std::rethrow_exception(error_);
+    default: break;
   }
   std::unique_lock<std::mutex> lock(mutex_);
   auto limit = timeout == kNoTimeout ? timeout_ : timeout;
@@ -62,15 +82,46 @@ bool TunedWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> TunedWork::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> TunedWork::getFuture() {
+  std::lock_guard<std::mutex> lock(futureMutex_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    // Made after settle() took its snapshot: settle() will not mark it, so this does (no callbacks exist yet).
+    if (settled_ == kSucceeded) {
+      future_->markCompleted(c10::IValue(outputs_));
+    } else if (settled_ == kFailed) {
+      future_->setError(error_);
+    }
+  }
+  return future_;
+}
 
 std::vector<at::Tensor> TunedWork::result() { return outputs_; }
 
 uint64_t TunedWork::getSequencenumber() const { return seq_; }
 
-// The future first: isCompleted()/isSuccess() read it, so it must be settled before finish() releases wait().
+// The order: the future (if one was made) is marked before state_ says the Work is done, so a caller that sees
+// isCompleted() finds its future completed too; and state_ before finish() releases a wait() on the Work's lock.
+void TunedWork::settle(State state, std::exception_ptr error) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(futureMutex_);
+    settled_ = state;
+    error_ = error;
+    future = future_;
+  }
+  if (future) {
+    if (state == kFailed) {
+      future->setError(error);
+    } else {
+      future->markCompleted(c10::IValue(outputs_));
+    }
+  }
+  state_.store(state, std::memory_order_release);
+}
+
 void TunedWork::complete() {
-  future_->markCompleted(c10::IValue(outputs_));
+  settle(kSucceeded, nullptr);
   finish();
 }
 
@@ -93,7 +144,7 @@ std::exception_ptr asDistBackendError(std::exception_ptr error) {
 
 void TunedWork::completeWithError(std::exception_ptr error) {
   error = asDistBackendError(std::move(error));
-  future_->setError(error);
+  settle(kFailed, error);
   finish(error);
 }
 

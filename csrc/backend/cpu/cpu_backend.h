@@ -152,7 +152,8 @@ class CpuBackend : public c10d::Backend {
   template <typename F>
   void guardCall(const char* op, F&& checks);
   // Queues one collective on the executor; `body(engine, ctx)` runs it with the engine and the operation's context.
-  // A template, so the body and the engine lookup are one callable (one allocation per call, not two).
+  // A template, so the body and the engine lookup are one callable that an inline call runs as it is (no
+  // allocation; a queued call pays one, for the executor's Body).
   template <typename Body>
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                         const std::vector<at::Tensor>& inputs, bool asyncOp,

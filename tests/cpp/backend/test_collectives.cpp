@@ -202,6 +202,53 @@ TEST_CASE("backend Work: op type, increasing sequence numbers, future holding th
   });
 }
 
+// A Work makes its future on the first getFuture(): asked for while the call runs (queued on the worker), after it
+// ran inline, or racing its completion, the future settles exactly once, with the outputs or with the error.
+TEST_CASE("backend Work: its future, made before or after the call ends, settles once with outputs or error",
+          "[backend][work]") {
+  runRanks(2, [&](int rank, BackendPtr& backend) {
+    std::vector<at::Tensor> t{at::ones({64})};
+    c10d::AllreduceOptions sync;
+    sync.asyncOp = false;  // runs inline on this thread: the Work is done when allreduce returns
+    auto inlineWork = backend->allreduce(t, sync);
+    expect(inlineWork->isCompleted() && inlineWork->isSuccess(), "an inline call is done when it returns");
+    auto late = inlineWork->getFuture();
+    expect(late->completed() && !late->hasError(), "a future made after the call ended is completed");
+    expect(late->value().toTensorList().get(0).data_ptr() == t[0].data_ptr(), "the late future holds the output");
+    expect(inlineWork->getFuture().get() == late.get(), "getFuture returns one future");
+    expectEqual(t[0], at::full({64}, 2.0, at::kFloat), "all_reduce of ones on 2 ranks");
+    for (int i = 0; i < 300; ++i) {
+      t[0].fill_(double(i + rank));
+      auto work = backend->allreduce(t);  // asynchronous: the worker completes it while we ask for the future
+      auto fut = work->getFuture();
+      fut->wait();
+      expect(work->isCompleted() && work->isSuccess() && !fut->hasError(), "queued call " + std::to_string(i));
+      expect(fut->value().toTensorList().get(0).data_ptr() == t[0].data_ptr(), "the future holds the output");
+      work->wait();
+      expectEqual(t[0], at::full({64}, double(2 * i + 1), at::kFloat), "queued call " + std::to_string(i));
+    }
+    // A failed call: its future carries the error whenever it is made.
+    std::vector<at::Tensor> bad{at::ones({rank == 0 ? 8 : 9})};
+    auto failed = backend->allreduce(bad);
+    auto early = failed->getFuture();
+    std::string message;
+    try {
+      failed->wait();
+    } catch (const c10::DistBackendError& e) {
+      message = e.what();
+    }
+    expect(message.find("disagree") != std::string::npos, "the mismatch error: " + message);
+    expect(failed->isCompleted() && !failed->isSuccess(), "a failed Work is completed, not successful");
+    expect(early->completed() && early->hasError(), "the future made before the failure carries the error");
+    auto after = backend->allreduce(bad, sync);
+    auto afterFuture = after->getFuture();
+    expect(after->isCompleted() && !after->isSuccess() && afterFuture->hasError(),
+           "a future made after an inline failure carries the error");
+    expect(afterFuture->tryRetrieveErrorMessage().find("earlier failure") != std::string::npos,
+           "the later call's error: " + afterFuture->tryRetrieveErrorMessage());
+  });
+}
+
 TEST_CASE("backend: ranks that disagree on the size all fail naming the op, and the group stays failed",
           "[backend][faults]") {
   const int size = GENERATE(2, 3);
