@@ -236,8 +236,9 @@ void Executor::shutdown() {
     }
   }
   for (auto& item : orphans) {
-    settle(*item.work, std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
-                                                        ": the process group was destroyed while it was queued"))));
+    settle(*item.work,
+           std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
+                                                  ": the process group was destroyed while it was queued"))));
   }
   for (auto& t : threads) {
     if (!t.joinable()) {
