@@ -15,8 +15,9 @@ hits all rows alike. A row's figure is the median over rounds of its per-round m
   gloo        the same on gloo, for scale.
   deepspeed   deepspeed.comm.inference_all_reduce (its shared-memory all_reduce; tunedist.bench_contenders), when
               DeepSpeed is installed: the peer to beat (float32 SUM runs its shm kernel).
-  kernels     the engine's own copy (into a slot) and reduce (P sources) of S bytes, timed in C++
-              (tunedist._C.measure_kernels_us): what the bytes cost at this machine's memory speed.
+  kernels     the engine's own copy (into a slot, cached stores as the engine makes it) and reduce (P sources) of
+              S bytes, timed in C++ on warm buffers (tunedist._C.measure_kernels_us): what the bytes cost at this
+              machine's cache and memory speed. What moving them between cores adds shows under synchronisation.
 The budget splits `tuned` into: floor (fake), tunedist per call (tuned_ws1 - fake), bytes (kernels) and
 synchronisation (the rest: tuned - tuned_ws1 - kernels + the ws1 self-copy, never below zero).
 """
