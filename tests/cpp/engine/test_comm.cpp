@@ -71,19 +71,25 @@ void gatherCase(Peer& p, size_t bytes, int root, Src where, int salt) {
     std::copy(in.begin(), in.end(), out - lead);
     src = out - lead;
   }
+  const std::vector<uint8_t> before = buf;
   if (all) {
     p.comm.allgather(p.op("all_gather"), src, bytes, outs.data());
   } else {
     p.comm.gather(p.op("gather"), src, bytes, p.rank() == root ? outs.data() : nullptr, root);
   }
-  if (all || p.rank() == root) {
+  const bool receives = all || p.rank() == root;
+  if (receives) {
     for (size_t q = 0; q < size; ++q) {
       checkPattern(what, p.rank(), static_cast<uint8_t*>(outs[q]), bytes, int(q), salt);
     }
-    for (size_t i = lead + bytes * size; i < buf.size(); ++i) {
-      if (buf[i] != 0xA5) {
-        failAt(what + " (guard past the output)", p.rank(), i, int(buf[i]), 0xA5);
-      }
+  }
+  // Every byte outside the blocks this rank receives keeps what it held: the guards before and after the output
+  // (rank 0's shifted input in the lead, untouched by the call), or the whole buffer on a rank that receives nothing.
+  for (size_t i = 0; i < buf.size(); ++i) {
+    const bool output = receives && i >= lead && i < lead + bytes * size;
+    if (!output && buf[i] != before[i]) {
+      failAt(what + (i < lead ? " (bytes before the output)" : " (bytes past the output)"), p.rank(), i, int(buf[i]),
+             int(before[i]));
     }
   }
 }
