@@ -62,7 +62,7 @@ shm::OpContext Executor::contextFor(const TunedWork& work, const char* name, std
   return shm::OpContext{opName, work.getSequencenumber(), std::chrono::steady_clock::now() + timeout};
 }
 
-void Executor::finishInline(TunedWork& work, std::exception_ptr error) {
+void Executor::finishRun(TunedWork& work, std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     releaseEngineLocked();
@@ -102,11 +102,7 @@ void Executor::runNextLocked(std::unique_lock<std::mutex>& lock) {
 void Executor::runLocked(Item& item, std::unique_lock<std::mutex>& lock) {
   busy_ = true;
   lock.unlock();
-  std::exception_ptr error = execute(item);
-  lock.lock();
-  releaseEngineLocked();
-  lock.unlock();
-  settle(*item.work, std::move(error));
+  finishRun(*item.work, runBody(*item.work, item.name, item.timeout, item.body));
   lock.lock();
 }
 
@@ -134,17 +130,6 @@ void Executor::workerLoop() {
 void Executor::retireWorkerLocked() {
   retired_.push_back(std::move(worker_));
   worker_ = std::thread([self = shared_from_this()] { self->workerLoop(); });
-}
-
-std::exception_ptr Executor::execute(Item& item) {
-  const shm::OpContext ctx = contextFor(*item.work, item.name, item.timeout);
-  try {
-    prepare_(ctx);
-    item.body(ctx);
-  } catch (const std::exception&) {
-    return std::current_exception();
-  }
-  return nullptr;
 }
 
 void Executor::settle(TunedWork& work, std::exception_ptr error) {

@@ -95,12 +95,14 @@ class Executor : public std::enable_shared_from_this<Executor> {
                      const char* name);
   // The context an operation runs with: its name as users call it, its sequence number and deadline.
   static shm::OpContext contextFor(const TunedWork& work, const char* name, std::chrono::milliseconds timeout);
-  // After an inline run: frees the engine for the queue, then completes the Work.
-  void finishInline(TunedWork& work, std::exception_ptr error);
+  // Runs `prepare` and then the operation's body (queued or inline) without the lock; returns its failure, if any.
+  template <typename F>
+  std::exception_ptr runBody(const TunedWork& work, const char* name, std::chrono::milliseconds timeout, F& body);
+  // After a run, with the lock not held: frees the engine for the queue, then completes the Work (its callbacks
+  // run on this thread).
+  void finishRun(TunedWork& work, std::exception_ptr error);
 
   void workerLoop();
-  // Runs the operation's body; returns its failure, if any.
-  std::exception_ptr execute(Item& item);
   // Completes the operation's Work (runs its future's callbacks).
   static void settle(TunedWork& work, std::exception_ptr error);
   void retireWorkerLocked();
@@ -138,16 +140,21 @@ c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* n
   // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
   busy_ = true;
   lock.unlock();
-  std::exception_ptr error;
+  finishRun(*work, runBody(*work, name, timeout, body));
+  return work;
+}
+
+template <typename F>
+std::exception_ptr Executor::runBody(const TunedWork& work, const char* name, std::chrono::milliseconds timeout,
+                                     F& body) {
+  const shm::OpContext ctx = contextFor(work, name, timeout);
   try {
-    const shm::OpContext ctx = contextFor(*work, name, timeout);
     prepare_(ctx);
     body(ctx);
   } catch (const std::exception&) {
-    error = std::current_exception();
+    return std::current_exception();
   }
-  finishInline(*work, std::move(error));
-  return work;
+  return nullptr;
 }
 
 }  // namespace tunedist
