@@ -53,7 +53,6 @@ void Executor::enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body bod
     });
   }
   queue_.push_back(Item{work, std::move(body), timeout, name});
-  cv_.notify_all();
 }
 
 shm::OpContext Executor::contextFor(const TunedWork& work, const char* name, std::chrono::milliseconds timeout) {

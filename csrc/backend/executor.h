@@ -91,6 +91,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
                                             const std::vector<at::Tensor>& inputs, std::chrono::milliseconds timeout);
   // With mutex_ held: whether this call may run on the caller's thread now (nothing queued or running).
   bool mayRunInlineLocked(bool asyncOp, size_t bytes) const;
+  // With mutex_ held: queues the operation; the caller wakes the worker (cv_) once it has released the lock.
   void enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body body, std::chrono::milliseconds timeout,
                      const char* name);
   // The context an operation runs with: its name as users call it, its sequence number and deadline.
@@ -135,6 +136,9 @@ c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* n
   auto work = admitLocked(type, name, std::move(outputs), inputs, timeout);
   if (!mayRunInlineLocked(asyncOp, bytes)) {
     enqueueLocked(work, Body(std::forward<F>(body)), timeout, name);
+    lock.unlock();
+    // After unlocking: a worker woken while we still hold the lock would at once block on it and need a second wake.
+    cv_.notify_all();
     return work;
   }
   // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
