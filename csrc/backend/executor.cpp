@@ -1,10 +1,12 @@
 #include "backend/executor.h"
 
 #include <c10/util/Exception.h>
+#include <sched.h>
 
 #include <cstring>
 #include <utility>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tunedist {
@@ -16,6 +18,16 @@ std::shared_ptr<Executor> Executor::start(int rank, Options options, Prepare pre
   std::lock_guard<std::mutex> lock(executor->mutex_);
   executor->worker_ = std::thread([self = executor] { self->workerLoop(); });
   return executor;
+}
+
+Executor::Options Executor::Options::fromEnv() {
+  Options o;
+  if (auto v = envString("TUNEDIST_WORKER_SCHED")) {
+    TD_CHECK(*v == "batch" || *v == "normal", "tunedist: TUNEDIST_WORKER_SCHED must be batch or normal, got '", *v,
+             "'");
+    o.batchWorker = *v == "batch";
+  }
+  return o;
 }
 
 Executor::Executor(int rank, Options options, Prepare prepare)
@@ -105,7 +117,17 @@ void Executor::runLocked(Item& item, std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
+// A scheduling hint only: where the system refuses it (a seccomp profile), the worker stays a normal thread.
+void Executor::applyWorkerPolicy() const {
+  if (options_.batchWorker) {
+    sched_param param{};
+    param.sched_priority = 0;
+    (void)sched_setscheduler(0, SCHED_BATCH, &param);
+  }
+}
+
 void Executor::workerLoop() {
+  applyWorkerPolicy();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     // No polling before sleeping: a spinning worker takes a core from the ranks' compute on a small machine, and a

@@ -46,6 +46,17 @@ class Executor : public std::enable_shared_from_this<Executor> {
     // call is a bounded local copy at most, and handing it to the worker costs a futex wake and a race with the
     // waiter (measured: async + wait() 13-20 us against 12-13 us for the synchronous call).
     bool inlineAsync = false;
+    // The worker thread runs under SCHED_BATCH (Linux): the same CPU share as any other thread, but waking it does
+    // not preempt the thread running on that CPU. A rank that queues an async call and waits for it at once (FSDP's
+    // all_gather, a tensor-parallel layer) then keeps its CPU, finds the worker still asleep and runs the call
+    // itself (helpUntil); a worker woken as a normal thread took the CPU from the caller first and cost two context
+    // switches. Measured at world size 2 on 2 vCPUs (docs/records/issue14/s17/): async all_reduce + wait() 1.07-2.23x
+    // the synchronous call's time as a normal thread, 0.84-1.06x as a batch one; DDP's main job unchanged. On an idle
+    // CPU the worker starts at once either way. TUNEDIST_WORKER_SCHED=normal keeps the worker a normal thread.
+    bool batchWorker = true;
+
+    // Defaults overridden by TUNEDIST_WORKER_SCHED (batch | normal) where set; throws naming it on anything else.
+    static Options fromEnv();
   };
 
   // Makes an executor and starts its worker thread. Call shutdown() before the objects `prepare` refers to go
@@ -104,6 +115,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void finishRun(TunedWork& work, std::exception_ptr error);
 
   void workerLoop();
+  // Applies Options::batchWorker to the calling (worker) thread.
+  void applyWorkerPolicy() const;
   // Completes the operation's Work (runs its future's callbacks).
   static void settle(TunedWork& work, std::exception_ptr error);
   void retireWorkerLocked();

@@ -47,7 +47,7 @@ class CpuBackend : public c10d::Backend {
     std::chrono::milliseconds timeout = kDefaultTimeout;
     shm::ShmOptions shm = shm::ShmOptions::fromEnv();
     shm::CrossHostOptions crossHost = shm::CrossHostOptions::fromEnv();
-    Executor::Options executor;
+    Executor::Options executor = Executor::Options::fromEnv();
     // Makes the gloo groups between hosts; only a group that spans several hosts calls it. Python sets it.
     GlooFactory glooFactory;
   };
