@@ -50,9 +50,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
     // not preempt the thread running on that CPU. A rank that queues an async call and waits for it at once (FSDP's
     // all_gather, a tensor-parallel layer) then keeps its CPU, finds the worker still asleep and runs the call
     // itself (helpUntil); a worker woken as a normal thread took the CPU from the caller first and cost two context
-    // switches. Measured at world size 2 on 2 vCPUs (docs/records/issue14/s17/): async all_reduce + wait() 1.07-2.23x
-    // the synchronous call's time as a normal thread, 0.84-1.06x as a batch one; DDP's main job unchanged. On an idle
-    // CPU the worker starts at once either way. TUNEDIST_WORKER_SCHED=normal keeps the worker a normal thread.
+    // switches. Measured at world size 2 on 2 vCPUs (docs/records/issue14/s17/budget_ws2/, 4 rounds): async
+    // all_reduce + wait() medians 19.3 -> 8.1 us at 4 KiB, 20.4 -> 11.1 at 16 KiB, 27.3 -> 20.8 at 64 KiB (the
+    // synchronous call: 8-11, 20 us); DDP's main job unchanged. On an idle CPU the worker starts at once either way.
+    // TUNEDIST_WORKER_SCHED=normal keeps the worker a normal thread.
     bool batchWorker = true;
 
     // Defaults overridden by TUNEDIST_WORKER_SCHED (batch | normal) where set; throws naming it on anything else.
