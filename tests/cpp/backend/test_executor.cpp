@@ -6,13 +6,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <string>
 #include <thread>
 
 #include "backend/executor.h"
+#include "scoped_env.h"
 
 namespace {
+
+using tunedist::test::ScopedEnv;
 
 constexpr std::chrono::milliseconds kTimeout{60000};
 
@@ -30,17 +31,6 @@ int workerPolicy(tunedist::Executor::Options options) {
   executor->shutdown();
   return policy.load();
 }
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 }  // namespace
 

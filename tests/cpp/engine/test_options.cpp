@@ -2,39 +2,11 @@
 // overrides and their bounds.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
-#include <string>
-
 #include "core/options.h"
+#include "scoped_env.h"
 
 namespace tunedist::test {
 namespace {
-
-// Sets one environment variable for a scope and restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      old_ = old;
-      had_ = true;
-    }
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      ::setenv(name_, old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 constexpr size_t KiB = 1024;
 constexpr size_t MiB = 1024 * KiB;
