@@ -221,6 +221,30 @@ def check_non_contiguous(c: Checker) -> None:
             dist.all_gather(outs, bases[rank].t().contiguous().t())
             for p in range(w):
                 c.equal(outs[p], bases[p], f"all_gather from a non-contiguous input {dtype} {rows}x{cols} block {p}")
+            # all_gather_into_tensor into a transposed output, and into a slice of a larger buffer (a storage offset;
+            # the bytes around it must stay untouched).
+            gathered = torch.cat(bases)
+            out = torch.empty(cols, w * rows, dtype=dtype).t()
+            dist.all_gather_into_tensor(out, bases[rank])
+            c.equal(out, gathered, f"all_gather_into_tensor into a transposed output {dtype} {rows}x{cols}")
+            buf = torch.zeros(w * rows * cols + 10, dtype=dtype)
+            dist.all_gather_into_tensor(buf[3:3 + w * rows * cols], bases[rank].t().contiguous().t())
+            c.equal(buf[3:3 + w * rows * cols].view(w * rows, cols), gathered,
+                    f"all_gather_into_tensor into an offset slice {dtype} {rows}x{cols}")
+            c.true(bool((buf[:3] == 0).all()) and bool((buf[3 + w * rows * cols:] == 0).all()),
+                   f"all_gather_into_tensor into an offset slice {dtype} {rows}x{cols} wrote outside it")
+            # reduce_scatter_tensor from a transposed input and from an offset slice of a larger buffer.
+            full = [torch.cat([make_input(dtype, rows * cols, r * w + q, "ncrs").view(rows, cols) for q in range(w)])
+                    for r in range(w)]
+            expected = reference("SUM", [f.chunk(w)[rank] for f in full])
+            out = torch.empty(rows, cols, dtype=dtype)
+            dist.reduce_scatter_tensor(out, full[rank].t().contiguous().t())
+            c.equal(out, expected, f"reduce_scatter_tensor from a transposed input {dtype} {rows}x{cols}")
+            buf = torch.zeros(w * rows * cols + 10, dtype=dtype)
+            buf[5:5 + w * rows * cols].copy_(full[rank].view(-1))
+            out = torch.empty(rows, cols, dtype=dtype)
+            dist.reduce_scatter_tensor(out, buf[5:5 + w * rows * cols])
+            c.equal(out, expected, f"reduce_scatter_tensor from an offset slice {dtype} {rows}x{cols}")
 
 
 def check_async(c: Checker) -> None:

@@ -32,20 +32,24 @@ _SHM_SETTLE_S = 3.0
 
 
 def _held_open(names: set) -> set:
-    """The names among `names` that a live process still holds open (another job of this user, mid-setup)."""
+    """The names among `names` that a live process still holds open or mapped (another job of this user, mid-setup:
+    a segment is unlinked once every rank has mapped it, and its creator may have closed its descriptor by then)."""
     held = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
+        targets = []
         try:
-            fds = list((proc / "fd").iterdir())
-        except OSError:
+            for fd in (proc / "fd").iterdir():
+                try:
+                    targets.append(os.readlink(fd))
+                except OSError:
+                    continue
+            with open(proc / "maps") as maps:
+                targets += [line.split(None, 5)[5].strip() for line in maps if "/dev/shm/" in line]
+        except (OSError, IndexError):
             continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
+        for target in targets:
             if target.startswith("/dev/shm/") and target[len("/dev/shm/"):] in names:
                 held.add(target[len("/dev/shm/"):])
     return held

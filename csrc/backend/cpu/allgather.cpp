@@ -24,12 +24,7 @@ void allgatherInto(HostCollectives& engine, const shm::OpContext& ctx, const at:
 void allgatherBase(HostCollectives& engine, const shm::OpContext& ctx, const at::Tensor& out, const at::Tensor& in,
                    int rank, int size) {
   at::Tensor s = ops::staged(out);
-  at::Tensor flat = s.view({-1});
-  std::vector<at::Tensor> blocks;
-  blocks.reserve(size_t(size));
-  for (int p = 0; p < size; ++p) {
-    blocks.push_back(flat.narrow(0, int64_t(p) * in.numel(), in.numel()));
-  }
+  std::vector<at::Tensor> blocks = ops::flatSlices(s, size);
   engine.allgather(ctx, ops::unaliasedSource(ops::staged(in), blocks, rank), blocks);
   ops::copyBack(out, s);
 }

@@ -1,5 +1,6 @@
 #include "backend/cpu/checks.h"
 
+#include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
 
 namespace tunedist::ops {
@@ -96,6 +97,35 @@ at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>&
     }
   }
   return src;
+}
+
+std::vector<at::Tensor> flatSlices(const at::Tensor& t, int count) {
+  TORCH_INTERNAL_ASSERT(t.is_contiguous() && count > 0 && t.numel() % count == 0, "tunedist: flatSlices of ", t.numel(),
+                        " elements into ", count, " slices");
+  const int64_t n = t.numel() / count;
+  std::vector<at::Tensor> slices;
+  slices.reserve(size_t(count));
+  // A Python subclass (its dispatch keys route ops through Python) gets real views.
+  if (!t.has_storage() || t.key_set().has_any(c10::python_ks)) {
+    const at::Tensor flat = t.view({-1});
+    for (int p = 0; p < count; ++p) {
+      slices.push_back(flat.narrow(0, int64_t(p) * n, n));
+    }
+    return slices;
+  }
+  // Each slice is a TensorImpl on t's storage, made directly rather than through the dispatcher: callgrind counts
+  // 2.3 k instructions for the view and 5.2 k per narrow, ~0.45 k per slice made here. The slices alias t's bytes
+  // and serve only as the engine's blocks; autograd never sees them.
+  const int64_t base = t.storage_offset();
+  const int64_t sizes[1] = {n};
+  const int64_t strides[1] = {1};
+  for (int p = 0; p < count; ++p) {
+    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(t.storage()), t.key_set(),
+                                                     t.dtype());
+    impl->set_sizes_and_strides(c10::IntArrayRef(sizes), c10::IntArrayRef(strides), base + int64_t(p) * n);
+    slices.emplace_back(std::move(impl));
+  }
+  return slices;
 }
 
 }  // namespace tunedist::ops

@@ -33,6 +33,10 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b);
 // (FSDP2's in-place all-gather).
 at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>& blocks, int rank);
 
+// `count` equal, consecutive 1-D slices of the contiguous tensor `t` (blocks of an all-gather output or a
+// reduce-scatter input), aliasing t's bytes; cheap enough to make per call.
+std::vector<at::Tensor> flatSlices(const at::Tensor& t, int count);
+
 // A contiguous tensor with t's values: t itself when contiguous, else a copy (to copy back with copyBack()).
 inline at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 inline void copyBack(const at::Tensor& t, const at::Tensor& s) {

@@ -15,13 +15,7 @@ void reduceScatterInto(HostCollectives& engine, const shm::OpContext& ctx, const
 }
 
 std::vector<at::Tensor> chunksOf(const at::Tensor& input, int size) {
-  at::Tensor flat = input.reshape({-1});
-  int64_t n = flat.numel() / size;
-  std::vector<at::Tensor> blocks;
-  for (int p = 0; p < size; ++p) {
-    blocks.push_back(flat.narrow(0, int64_t(p) * n, n));
-  }
-  return blocks;
+  return ops::flatSlices(ops::staged(input), size);
 }
 
 void checkReduceScatterBase(const at::Tensor& out, const at::Tensor& in, int size, const char* op) {
