@@ -11,6 +11,9 @@
 
 namespace tunedist::shm {
 
+// How a rank copies into its own slot (shm/copy_in.h): chosen at run time from the measured cost, or forced.
+enum class SlotStores { kAuto, kCached, kStreaming };
+
 struct ShmOptions {
   static constexpr size_t kDefaultSlotBytes = size_t(1) << 20;
   static constexpr size_t kDefaultOneShotMaxBytes = size_t(256) << 10;
@@ -47,6 +50,9 @@ struct ShmOptions {
   // read-for-ownership but send everything to memory. Measured: docs/records/issue14/s13/copyout/
   // (stream_vs_default.txt: cached made all_gather 1.1-1.4x and broadcast 1.2-1.6x faster at 64 KiB-1 MiB).
   size_t cachedCopyMaxBytes = kDefaultCachedCopyMaxBytes;
+  // Copies into our own slot: cached or streaming stores, chosen per group from their measured cost (kAuto), or
+  // forced (TUNEDIST_SLOT_STORES=auto|cached|streaming). See shm/copy_in.h.
+  SlotStores slotStores = SlotStores::kAuto;
   // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
   int spinIters = kDefaultSpinIters;
   // How often each rank's heartbeat thread bumps its counter in shared memory.
@@ -72,7 +78,8 @@ struct ShmOptions {
   // Defaults overridden by TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES (both one-shot limits),
   // TUNEDIST_SPIN_ITERS,
   // TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S, TUNEDIST_SYMMETRIC_MIN_BYTES,
-  // TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES, TUNEDIST_CACHED_COPY_MAX_BYTES where set.
+  // TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES, TUNEDIST_CACHED_COPY_MAX_BYTES, TUNEDIST_SLOT_STORES
+  // where set.
   static ShmOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.
   void validate() const;

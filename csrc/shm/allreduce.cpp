@@ -30,7 +30,7 @@ void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, 
   const size_t bytes = count * dtypeSize(args.dtype);
   int b = beginRound(ctx);
   if (size_ > 1) {
-    copyBytesCached(slot(rank_, b), in, bytes);
+    copyIntoSlot(slot(rank_, b), in, bytes);
   }
   // Step 1/1: our slot holds our input; peers may read [0, bytes) of it.
   waitAll(ctx, publish(ctx));
@@ -69,8 +69,8 @@ void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, 
     int b = beginRound(ctx);
     for (int q = 0; q < size_; ++q) {
       if (q != rank_) {
-        copyBytesCached(slot(rank_, b) + size_t(q) * sc * es, inBytes + (off + sliceBegin(q)) * es,
-                        (sliceEnd(q) - sliceBegin(q)) * es);
+        copyIntoSlot(slot(rank_, b) + size_t(q) * sc * es, inBytes + (off + sliceBegin(q)) * es,
+                     (sliceEnd(q) - sliceBegin(q)) * es);
       }
     }
     // Step 1/2: slices q != rank of our input are in our slot; rank q may read slice q.
@@ -82,7 +82,7 @@ void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, 
                            : static_cast<const void*>(slot(p, b) + size_t(rank_) * sc * es);
     }
     tunedist::shm::reduce(args, outBytes + (off + mine) * es, srcs.data(), size_, mineLen);
-    copyBytesCached(slot(rank_, b) + size_t(rank_) * sc * es, outBytes + (off + mine) * es, mineLen * es);
+    copyIntoSlot(slot(rank_, b) + size_t(rank_) * sc * es, outBytes + (off + mine) * es, mineLen * es);
     // Step 2/2: our reduced slice is in our slot; every peer may copy it out.
     waitAll(ctx, publish(ctx));
     for (int q = 0; q < size_; ++q) {

@@ -62,8 +62,8 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
       b = beginRound(ctx);
       for (int q = 0; q < size_; ++q) {
         if (q != rank_ && off < sendBytes[q]) {
-          copyBytesCached(slot(rank_, b) + size_t(q) * part, static_cast<const char*>(sends[q]) + off,
-                          std::min(part, sendBytes[q] - off));
+          copyIntoSlot(slot(rank_, b) + size_t(q) * part, static_cast<const char*>(sends[q]) + off,
+                       std::min(part, sendBytes[q] - off));
         }
       }
       // Step: part q of our slot holds bytes [off, off+part) of our block for rank q.

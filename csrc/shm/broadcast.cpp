@@ -26,7 +26,7 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
     int b = beginRound(ctx);
     // With no peer (a group of one) nobody reads the slot.
     if (rank_ == root && size_ > 1) {
-      copyBytesCached(slot(root, b), data + off, n);
+      copyIntoSlot(slot(root, b), data + off, n);
     }
     // Step 1/1: the root's slot holds bytes [off, off+n).
     waitAll(ctx, publish(ctx));

@@ -29,6 +29,7 @@
 #include "core/rendezvous.h"
 #include "core/types.h"
 #include "kernels/reduce.h"
+#include "shm/copy_in.h"
 #include "shm/heap.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
@@ -97,6 +98,8 @@ class ShmComm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const ShmOptions& options() const { return options_; }
+  // How copies into our own slot are made right now (tests, diagnostics).
+  const SlotCopyIn& slotCopy() const { return slotCopy_; }
   // Bytes this group reserves in /dev/shm at its first collective.
   size_t reservedBytes() const;
   bool attached() const { return header_ != nullptr; }
@@ -223,6 +226,8 @@ class ShmComm {
       std::memmove(dst, src, bytes);
     }
   }
+  // Copies into our own slot, which peers read next: cached or streaming stores (shm/copy_in.h).
+  void copyIntoSlot(void* dst, const void* src, size_t n) { slotCopy_.copy(dst, src, n); }
   // Copies `n` bytes out of a peer's slot into the caller's memory; `received` is all this rank receives in the
   // operation, which chooses cached or streaming stores (ShmOptions::cachedCopyMaxBytes).
   void copyOut(void* dst, const void* src, size_t n, size_t received) const {
@@ -251,6 +256,7 @@ class ShmComm {
   const ShmOptions options_;
   const SegmentGeometry geometry_;
   const StallPoint stall_;
+  SlotCopyIn slotCopy_{options_.slotStores};
 
   ShmSegment segment_;
   SegmentHeader* header_ = nullptr;

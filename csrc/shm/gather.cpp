@@ -35,7 +35,7 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
     int b = beginRound(ctx);
     // With no peer (a group of one) nobody reads the slot.
     if ((all || rank_ != root) && size_ > 1) {
-      copyBytesCached(slot(rank_, b), src + off, n);
+      copyIntoSlot(slot(rank_, b), src + off, n);
     }
     // Step 1/1: our slot holds bytes [off, off+n) of our input.
     const uint64_t step = publish(ctx);

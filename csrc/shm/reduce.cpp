@@ -24,7 +24,7 @@ void ShmComm::reduce(const OpContext& ctx, const void* in, void* out, size_t cou
       const size_t n = std::min(chunk, count - off);
       int b = beginRound(ctx);
       if (rank_ != root) {
-        copyBytesCached(slot(rank_, b), inBytes + off * es, n * es);
+        copyIntoSlot(slot(rank_, b), inBytes + off * es, n * es);
       }
       // Step 1/1: our slot holds elements [off, off+n) of our input.
       waitAll(ctx, publish(ctx));

@@ -31,7 +31,7 @@ void ShmComm::reduceScatterBody(const OpContext& ctx, const void* const* ins, vo
     int b = beginRound(ctx);
     for (int q = 0; q < size_; ++q) {
       if (q != rank_) {
-        copyBytesCached(slot(rank_, b) + size_t(q) * partBytes, static_cast<const char*>(ins[q]) + off * es, n * es);
+        copyIntoSlot(slot(rank_, b) + size_t(q) * partBytes, static_cast<const char*>(ins[q]) + off * es, n * es);
       }
     }
     // Step 1/1: part q of our slot holds elements [off, off+n) of our block q.

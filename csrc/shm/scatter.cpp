@@ -23,7 +23,7 @@ void ShmComm::scatter(const OpContext& ctx, const void* const* ins, void* out, s
       if (rank_ == root) {
         for (int q = 0; q < size_; ++q) {
           if (q != root) {
-            copyBytesCached(slot(root, b) + size_t(q) * part, static_cast<const char*>(ins[q]) + off, n);
+            copyIntoSlot(slot(root, b) + size_t(q) * part, static_cast<const char*>(ins[q]) + off, n);
           }
         }
       }

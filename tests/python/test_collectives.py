@@ -88,15 +88,16 @@ def test_collective(matrix, section):
 
 
 # The copy out of the peers' slots uses cached stores up to TUNEDIST_CACHED_COPY_MAX_BYTES received and streaming
-# stores above; the sizes above mostly stay under the default. One more launch, with streaming stores for every
-# size and 4 KiB slots (so every call also runs many chunks), for the collectives that copy out of slots.
-STREAMING_SECTIONS = ("broadcast", "all_gather", "all_gather_into_tensor", "gather_scatter", "all_to_all",
-                      "all_to_all_single")
+# stores above, and the copy into a rank's own slot chooses between them at run time (TUNEDIST_SLOT_STORES=auto);
+# the sizes above mostly take the cached paths. One more launch, with streaming stores both ways for every size and
+# 4 KiB slots (so every call also runs many chunks), for the collectives that copy through slots.
+STREAMING_SECTIONS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather_scatter",
+                      "reduce_scatter", "all_to_all", "all_to_all_single")
 
 
 @pytest.fixture(scope="module")
 def streaming_run():
-    env = {"TUNEDIST_CACHED_COPY_MAX_BYTES": "0", "TUNEDIST_SLOT_BYTES": "4096"}
+    env = {"TUNEDIST_CACHED_COPY_MAX_BYTES": "0", "TUNEDIST_SLOT_STORES": "streaming", "TUNEDIST_SLOT_BYTES": "4096"}
     try:
         return launch(3, _run_sections, STREAMING_SECTIONS, timeout_s=420, env=env), None
     except AssertionError as exc:
@@ -104,10 +105,10 @@ def streaming_run():
 
 
 @pytest.mark.parametrize("section", STREAMING_SECTIONS)
-def test_collective_streaming_copy_out(streaming_run, section):
+def test_collective_streaming_stores(streaming_run, section):
     results, error = streaming_run
     if error is not None:
-        pytest.fail(f"the world-size-3 run with streaming copy-out failed:\n{error}", pytrace=False)
+        pytest.fail(f"the world-size-3 run with streaming slot stores failed:\n{error}", pytrace=False)
     problems = section_problems(section, 3, results)
     if problems:
-        pytest.fail(f"{section} with streaming copy-out and 4 KiB slots:\n" + "\n".join(problems), pytrace=False)
+        pytest.fail(f"{section} with streaming slot stores and 4 KiB slots:\n" + "\n".join(problems), pytrace=False)

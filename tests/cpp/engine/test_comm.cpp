@@ -309,6 +309,29 @@ TEST_CASE("200 random back-to-back ops mixing one-shot, two-shot and every colle
   CHECK(leaks.report() == "");
 }
 
+TEST_CASE("the random sequence with each rank copying into its slot its own way (cached, streaming, auto)",
+          "[shm][sequence][slot_stores]") {
+  const int size = GENERATE(2, 3, 4);
+  const uint32_t seed = testSeed();
+  INFO("world size " << size << ", seed " << seed << " (rerun with --rng-seed " << seed << ")");
+  ShmLeakCheck leaks;
+  // 8 KiB slots: whole-slot copies are long enough for the auto mode to time them.
+  const auto plan = planOps(seed, 200, size, mediumOptions());
+  auto rendezvous = std::make_shared<MemRendezvous>();
+  rethrowFailures(spawn(size, [&](int r) {
+    ShmOptions o = mediumOptions();
+    const shm::SlotStores modes[] = {shm::SlotStores::kCached, shm::SlotStores::kStreaming, shm::SlotStores::kAuto};
+    o.slotStores = modes[r % 3];
+    Peer p(rendezvous, r, size, o);
+    abortingOnThrow({&p.comm}, [&] {
+      for (const PlannedOp& op : plan) {
+        runPlanned(p, op);
+      }
+    });
+  }));
+  CHECK(leaks.report() == "");
+}
+
 TEST_CASE("two groups alive in the same threads, used alternately", "[shm][sequence][groups]") {
   const int size = GENERATE(2, 3);
   const uint32_t seed = testSeed();
