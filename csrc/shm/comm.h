@@ -98,8 +98,6 @@ class ShmComm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const ShmOptions& options() const { return options_; }
-  // How copies into our own slot are made right now (tests, diagnostics).
-  const SlotCopyIn& slotCopy() const { return slotCopy_; }
   // Bytes this group reserves in /dev/shm at its first collective.
   size_t reservedBytes() const;
   bool attached() const { return header_ != nullptr; }
