@@ -7,38 +7,62 @@
 
 namespace tunedist::shm {
 
+SlotStoreChooser::Next SlotStoreChooser::next(size_t bytes) {
+  if (bytes < kTimedMinBytes || ++copies_ <= kWarmCopies) {
+    return Next::kCachedUntimed;
+  }
+  if (streaming_ && probeLeft_ == 0) {
+    if (++sinceProbe_ < kProbeEvery) {
+      return Next::kStreaming;
+    }
+    sinceProbe_ = 0;
+    probeLeft_ = kProbeCopies;
+    probeSum_ = 0;
+  }
+  return Next::kCachedTimed;
+}
+
+void SlotStoreChooser::record(double nsPerLine) {
+  ++samples_;
+  // Capped: one copy stretched by an interrupt moves the average by at most a quarter of the cap.
+  const double sample = std::min(nsPerLine, kSampleCapNsPerLine);
+  if (probeLeft_ > 0) {
+    // A probe while streaming: its first copies take back lines that streaming left in the peers' caches (dearer
+    // than the steady state: 37 against 2.5 ns per line once, inside real calls), so only the last kProbeCounted
+    // count, and their mean alone decides.
+    --probeLeft_;
+    if (probeLeft_ < kProbeCounted) {
+      probeSum_ += sample;
+    }
+    if (probeLeft_ == 0 && probeSum_ / kProbeCounted < kCachedBelowNsPerLine) {
+      streaming_ = false;
+      nsPerLine_ = probeSum_ / kProbeCounted;
+      averaged_ = kMinSamples;
+    }
+    return;
+  }
+  nsPerLine_ = averaged_++ == 0 ? sample : 0.75 * nsPerLine_ + 0.25 * sample;
+  if (averaged_ >= kMinSamples && nsPerLine_ > kStreamAboveNsPerLine) {
+    streaming_ = true;
+    sinceProbe_ = 0;
+  }
+}
+
 void SlotCopyIn::copy(void* dst, const void* src, size_t bytes) {
   switch (mode_) {
     case SlotStores::kCached: copyBytesCached(dst, src, bytes); return;
     case SlotStores::kStreaming: copyBytes(dst, src, bytes); return;
     case SlotStores::kAuto: break;
   }
-  if (bytes < kTimedMinBytes) {
-    copyBytesCached(dst, src, bytes);
-  } else if (streaming_ && ++sinceProbe_ < kProbeEvery) {
-    copyBytes(dst, src, bytes);
-  } else {
-    const auto t0 = std::chrono::steady_clock::now();
-    copyBytesCached(dst, src, bytes);
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-    record(double(ns.count()) / double((bytes + 63) / 64));
+  switch (chooser_.next(bytes)) {
+    case SlotStoreChooser::Next::kCachedUntimed: copyBytesCached(dst, src, bytes); return;
+    case SlotStoreChooser::Next::kStreaming: copyBytes(dst, src, bytes); return;
+    case SlotStoreChooser::Next::kCachedTimed: break;
   }
-}
-
-void SlotCopyIn::record(double nsPerLine) {
-  // A quarter weight for the newest sample, capped: one copy stretched by an interrupt or a first touch of the slot's
-  // pages does not flip the choice, and the first kWarmSamples only fill the average.
-  const double sample = std::min(nsPerLine, kSampleCapNsPerLine);
-  nsPerLine_ = samples_ == 0 ? sample : 0.75 * nsPerLine_ + 0.25 * sample;
-  sinceProbe_ = 0;
-  if (++samples_ < kWarmSamples) {
-    return;
-  }
-  if (!streaming_ && nsPerLine_ > kStreamAboveNsPerLine) {
-    streaming_ = true;
-  } else if (streaming_ && nsPerLine_ < kCachedBelowNsPerLine) {
-    streaming_ = false;
-  }
+  const auto t0 = std::chrono::steady_clock::now();
+  copyBytesCached(dst, src, bytes);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  chooser_.record(double(ns.count()) / double((bytes + 63) / 64));
 }
 
 }  // namespace tunedist::shm

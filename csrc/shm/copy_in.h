@@ -9,12 +9,16 @@
 // peer reads the data from memory (~2 us per 16 KiB). Where the cores are close, streaming is the slower of the two
 // (the peer's read from memory costs more than the ownership transfer saves). Measured with a two-process model of
 // the hand-off (docs/records/issue14/s18/handoff.cpp, Zen 4 VM, p50 us per 16 KiB / 64 KiB / 256 KiB one-shot):
-//   host in its fast phase: cached 2.6 / 10.0 / 24.3, streaming 3.2 / 10.8 / 46.0 (copy-in 7 ns per line);
+//   host in its fast phase: cached 2.6 / 10.0 / 24.3, streaming 3.2 / 10.8 / 46.0 (copy-in 7-9 ns per line);
 //   host in its slow phase: cached 11.0 / 43.5 / 156, streaming 3.1 / 9.5 / 32.9 (copy-in 27-36 ns per line).
-// So with kAuto each copy-in of at least kTimedMinBytes is timed while copies are cached; when the per-line cost
-// (a moving average, after kWarmSamples copies) goes above kStreamAboveNsPerLine, copies stream, and every
-// kProbeEvery-th copy is a timed cached one again, which switches back below kCachedBelowNsPerLine. A rank decides for
-// its own slot alone: how the bytes got there changes nothing for the reader but its speed.
+// Inside real calls (torchrun, 2 ranks, 16 KiB) the fast phase's cached copy-in took 2.5-6.5 ns per line.
+//
+// So with kAuto (SlotStoreChooser) each copy-in of at least kTimedMinBytes is timed while copies are cached (after the
+// first kWarmCopies, which fault the slot's pages in); when the per-line cost (a moving average of at least
+// kMinSamples copies) goes above kStreamAboveNsPerLine, copies stream, and after every kProbeEvery streamed copies the
+// next kProbeCopies are timed cached ones: if the last kProbeCounted of them average below kCachedBelowNsPerLine,
+// copies are cached again. A rank decides for its own slot alone: how the bytes got there changes nothing for the
+// reader but its speed.
 #pragma once
 
 #include <cstddef>
@@ -24,36 +28,59 @@
 
 namespace tunedist::shm {
 
-class SlotCopyIn {
+// The kAuto policy alone (no copying, no clock), so tests can drive it with chosen costs.
+class SlotStoreChooser {
  public:
   static constexpr size_t kTimedMinBytes = size_t(8) << 10;
   static constexpr double kStreamAboveNsPerLine = 16.0;
   static constexpr double kCachedBelowNsPerLine = 11.0;
-  static constexpr uint32_t kProbeEvery = 64;
-  static constexpr uint32_t kWarmSamples = 4;
   static constexpr double kSampleCapNsPerLine = 2 * kStreamAboveNsPerLine;
+  static constexpr uint64_t kWarmCopies = 4;
+  static constexpr uint32_t kMinSamples = 4;
+  static constexpr uint32_t kProbeEvery = 64;
+  static constexpr uint32_t kProbeCopies = 4;
+  static constexpr uint32_t kProbeCounted = 2;
 
+  enum class Next { kCachedUntimed, kCachedTimed, kStreaming };
+
+  // How to make the next copy of `bytes`. After kCachedTimed, the caller reports the copy's cost to record().
+  Next next(size_t bytes);
+  void record(double nsPerLine);
+
+  bool streaming() const { return streaming_; }
+  // The moving average of the cost per line, and how many timed copies were recorded in all.
+  double nsPerLine() const { return nsPerLine_; }
+  uint32_t samples() const { return samples_; }
+
+ private:
+  bool streaming_ = false;
+  uint64_t copies_ = 0;
+  uint32_t samples_ = 0;
+  // Samples in nsPerLine_ (a probe that switches back to cached counts as kMinSamples).
+  uint32_t averaged_ = 0;
+  double nsPerLine_ = 0;
+  uint32_t sinceProbe_ = 0;
+  uint32_t probeLeft_ = 0;
+  double probeSum_ = 0;
+};
+
+class SlotCopyIn {
+ public:
   explicit SlotCopyIn(SlotStores mode) : mode_(mode) {}
 
   // Copies `bytes` from `src` into our slot at `dst`; streaming copies end with an sfence, so the caller's release
   // store (publish) orders them.
   void copy(void* dst, const void* src, size_t bytes);
 
-  // Takes one timed cached copy's cost into the moving average and chooses the stores of the next copies (copy()
-  // calls it; tests feed it directly).
-  void record(double nsPerLine);
-  // Whether copies of at least kTimedMinBytes currently stream, and the moving average of the timed copies.
-  bool streaming() const { return mode_ == SlotStores::kStreaming || (mode_ == SlotStores::kAuto && streaming_); }
-  double nsPerLine() const { return nsPerLine_; }
-  // Timed copies (and record() calls) so far.
-  uint32_t samples() const { return samples_; }
+  // Whether copies of at least SlotStoreChooser::kTimedMinBytes currently stream.
+  bool streaming() const {
+    return mode_ == SlotStores::kStreaming || (mode_ == SlotStores::kAuto && chooser_.streaming());
+  }
+  const SlotStoreChooser& chooser() const { return chooser_; }
 
  private:
   const SlotStores mode_;
-  bool streaming_ = false;
-  uint32_t sinceProbe_ = 0;
-  double nsPerLine_ = 0;
-  uint32_t samples_ = 0;
+  SlotStoreChooser chooser_;
 };
 
 }  // namespace tunedist::shm

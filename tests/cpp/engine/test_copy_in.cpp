@@ -1,5 +1,5 @@
-// SlotCopyIn: every store mode copies exactly the bytes asked for, and the auto mode's choice between cached and
-// streaming stores follows the measured cost (warm-up, moving average, hysteresis, probe cadence).
+// SlotCopyIn: every store mode copies exactly the bytes asked for. SlotStoreChooser, the auto mode's policy, driven
+// with chosen costs: warm-up, moving average, the switch to streaming, probes and the way back, outliers.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -13,7 +13,10 @@ namespace tunedist::test {
 namespace {
 
 using shm::SlotCopyIn;
+using shm::SlotStoreChooser;
 using shm::SlotStores;
+using Next = SlotStoreChooser::Next;
+constexpr size_t kBig = SlotStoreChooser::kTimedMinBytes;
 
 std::vector<uint8_t> pattern(size_t n, uint8_t salt) {
   std::vector<uint8_t> v(n);
@@ -23,12 +26,37 @@ std::vector<uint8_t> pattern(size_t n, uint8_t salt) {
   return v;
 }
 
+// Past the warm-up, with `n` timed copies of cost `ns` recorded.
+SlotStoreChooser warmedWith(int n, double ns) {
+  SlotStoreChooser c;
+  for (uint64_t i = 0; i < SlotStoreChooser::kWarmCopies; ++i) {
+    REQUIRE(c.next(kBig) == Next::kCachedUntimed);
+  }
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(c.next(kBig) == Next::kCachedTimed);
+    c.record(ns);
+  }
+  return c;
+}
+
+// Streams up to the next probe, then runs the probe's copies with these costs.
+void probe(SlotStoreChooser& c, std::initializer_list<double> costs) {
+  REQUIRE(costs.size() == SlotStoreChooser::kProbeCopies);
+  for (uint32_t i = 1; i < SlotStoreChooser::kProbeEvery; ++i) {
+    REQUIRE(c.next(kBig) == Next::kStreaming);
+  }
+  for (double ns : costs) {
+    REQUIRE(c.next(kBig) == Next::kCachedTimed);
+    c.record(ns);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("every slot store mode copies exactly the bytes asked for", "[copy_in]") {
   const SlotStores mode = GENERATE(SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming);
   SlotCopyIn copier(mode);
-  for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(8191), size_t(8192), size_t(65537), size_t(1) << 20}) {
+  for (size_t bytes : {size_t(0), size_t(1), size_t(63), kBig - 1, kBig, size_t(65537), size_t(1) << 20}) {
     for (size_t shift : {size_t(0), size_t(3)}) {
       INFO("mode " << int(mode) << ", " << bytes << " bytes, destination shifted by " << shift);
       const auto src = pattern(bytes + shift, uint8_t(bytes));
@@ -45,70 +73,80 @@ TEST_CASE("every slot store mode copies exactly the bytes asked for", "[copy_in]
   }
 }
 
-TEST_CASE("auto: slow copies turn to streaming after the warm-up, and fast probes turn them back", "[copy_in]") {
-  SlotCopyIn c(SlotStores::kAuto);
-  const double slow = 30, fast = 5;
-  for (uint32_t i = 1; i < SlotCopyIn::kWarmSamples; ++i) {
-    c.record(slow);
-    CHECK_FALSE(c.streaming());
+TEST_CASE("auto: small copies are never timed, and the first big ones (page faults) are not counted", "[copy_in]") {
+  SlotStoreChooser c;
+  for (int i = 0; i < 100; ++i) {
+    CHECK(c.next(kBig - 1) == Next::kCachedUntimed);
   }
-  c.record(slow);
-  CHECK(c.streaming());
-  CHECK(c.nsPerLine() == Approx(slow));
-  // Back to cached only once the average is below the lower threshold, not as soon as one fast probe comes in.
-  int probes = 0;
-  while (c.streaming()) {
-    c.record(fast);
-    ++probes;
-    REQUIRE(probes < 50);
+  for (uint64_t i = 0; i < SlotStoreChooser::kWarmCopies; ++i) {
+    CHECK(c.next(kBig) == Next::kCachedUntimed);
   }
-  CHECK(probes > 1);
-  CHECK(c.nsPerLine() < SlotCopyIn::kCachedBelowNsPerLine);
+  CHECK(c.next(kBig) == Next::kCachedTimed);
+  CHECK(c.next(kBig - 1) == Next::kCachedUntimed);
 }
 
-TEST_CASE("auto: one copy stretched far beyond the rest does not flip the choice", "[copy_in]") {
-  SlotCopyIn c(SlotStores::kAuto);
-  for (uint32_t i = 0; i < 8; ++i) {
-    c.record(7);
-  }
+TEST_CASE("auto: dear copies turn to streaming once the average has enough samples", "[copy_in]") {
+  SlotStoreChooser c = warmedWith(int(SlotStoreChooser::kMinSamples) - 1, 30);
+  CHECK_FALSE(c.streaming());
+  REQUIRE(c.next(kBig) == Next::kCachedTimed);
+  c.record(30);
+  CHECK(c.streaming());
+  CHECK(c.nsPerLine() == Approx(30));
+  CHECK(c.next(kBig) == Next::kStreaming);
+  CHECK(c.next(kBig - 1) == Next::kCachedUntimed);
+}
+
+TEST_CASE("auto: cheap copies stay cached, and one copy stretched far beyond the rest does not flip it", "[copy_in]") {
+  SlotStoreChooser c = warmedWith(8, 6.5);
+  CHECK_FALSE(c.streaming());
+  REQUIRE(c.next(kBig) == Next::kCachedTimed);
   c.record(100000);  // an interrupt in the middle of a copy
   CHECK_FALSE(c.streaming());
-  c.record(100000);  // but a second one in a row is a trend
+  REQUIRE(c.next(kBig) == Next::kCachedTimed);
+  c.record(100000);  // a second one in a row is a trend
   CHECK(c.streaming());
 }
 
-TEST_CASE("auto: small copies are never timed; while streaming, every kProbeEvery-th copy is a timed cached one",
-          "[copy_in]") {
-  SlotCopyIn c(SlotStores::kAuto);
-  std::vector<uint8_t> src(SlotCopyIn::kTimedMinBytes, 1), dst(SlotCopyIn::kTimedMinBytes);
-  for (int i = 0; i < 10; ++i) {
-    c.copy(dst.data(), src.data(), SlotCopyIn::kTimedMinBytes - 1);
-  }
-  CHECK(c.samples() == 0);
-  c.copy(dst.data(), src.data(), SlotCopyIn::kTimedMinBytes);
-  CHECK(c.samples() == 1);
-  for (uint32_t i = 1; i < SlotCopyIn::kWarmSamples; ++i) {
-    c.record(1000);
-  }
+TEST_CASE("auto: while streaming, a probe every kProbeEvery copies decides on its last copies alone", "[copy_in]") {
+  SlotStoreChooser c = warmedWith(int(SlotStoreChooser::kMinSamples), 30);
   REQUIRE(c.streaming());
-  const uint32_t before = c.samples();
-  for (uint32_t i = 1; i < SlotCopyIn::kProbeEvery; ++i) {
-    c.copy(dst.data(), src.data(), SlotCopyIn::kTimedMinBytes);
-  }
-  CHECK(c.samples() == before);
-  c.copy(dst.data(), src.data(), SlotCopyIn::kTimedMinBytes);
-  CHECK(c.samples() == before + 1);
+  // Still dear: stay streaming, and the next probe comes kProbeEvery copies later.
+  probe(c, {38, 37, 25, 30});
+  CHECK(c.streaming());
+  // The probe's first copies are dear (they take back lines the streaming left with the peers), its last ones cheap:
+  // the steady state is cheap, so copies are cached again.
+  probe(c, {38, 37, 3, 2.5});
+  CHECK_FALSE(c.streaming());
+  CHECK(c.nsPerLine() == Approx(2.75));
+  CHECK(c.next(kBig) == Next::kCachedTimed);
+  // Between the thresholds a probe changes nothing.
+  c.record(30);
+  c.record(30);
+  c.record(30);
+  REQUIRE(c.streaming());
+  probe(c, {38, 37, 12, 13});
+  CHECK(c.streaming());
 }
 
-TEST_CASE("forced modes never time a copy", "[copy_in]") {
+TEST_CASE("forced modes copy without the chooser", "[copy_in]") {
   const SlotStores mode = GENERATE(SlotStores::kCached, SlotStores::kStreaming);
   SlotCopyIn c(mode);
   std::vector<uint8_t> src(64 << 10, 1), dst(64 << 10);
   for (int i = 0; i < 100; ++i) {
     c.copy(dst.data(), src.data(), src.size());
   }
-  CHECK(c.samples() == 0);
+  CHECK(c.chooser().samples() == 0);
   CHECK(c.streaming() == (mode == SlotStores::kStreaming));
+}
+
+TEST_CASE("auto copies time themselves after the warm-up", "[copy_in]") {
+  SlotCopyIn c(SlotStores::kAuto);
+  std::vector<uint8_t> src(kBig, 1), dst(kBig);
+  for (uint64_t i = 0; i < SlotStoreChooser::kWarmCopies + 3; ++i) {
+    c.copy(dst.data(), src.data(), kBig);
+  }
+  CHECK(c.chooser().samples() == 3);
+  CHECK(c.chooser().nsPerLine() > 0);
 }
 
 TEST_CASE("TUNEDIST_SLOT_STORES forces the slot stores, and a bad value names the variable", "[copy_in][options]") {
