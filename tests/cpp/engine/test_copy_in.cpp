@@ -2,7 +2,7 @@
 // with chosen costs: warm-up, moving average, the switch to streaming, probes and the way back, outliers.
 #include <catch2/catch.hpp>
 
-#include <cstring>
+#include <algorithm>
 #include <vector>
 
 #include "core/options.h"
@@ -62,7 +62,7 @@ TEST_CASE("every slot store mode copies exactly the bytes asked for", "[copy_in]
       const auto src = pattern(bytes + shift, uint8_t(bytes));
       std::vector<uint8_t> dst(bytes + 2 * shift + 64, 0xA5);
       copier.copy(dst.data() + shift, src.data() + shift, bytes);
-      CHECK(std::memcmp(dst.data() + shift, src.data() + shift, bytes) == 0);
+      CHECK(std::equal(src.begin() + long(shift), src.end(), dst.begin() + long(shift)));
       for (size_t i = 0; i < shift; ++i) {
         CHECK(dst[i] == 0xA5);
       }
