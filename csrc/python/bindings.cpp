@@ -81,23 +81,22 @@ tunedist::TunedBackend& tunedBackend(const c10::intrusive_ptr<c10d::Backend>& ba
   return *tuned;
 }
 
-// Per-call copy bandwidth (bytes copied per second, GB/s with 1 GB = 1e9 B) of the engine's copy routine on
-// buffers of `bytes`, touched first, `reps` timed runs. The benchmark runs this on every rank at once.
-std::vector<double> measureCopyGbps(size_t bytes, int reps) {
-  std::unique_ptr<char[]> src(new char[bytes]);
-  std::unique_ptr<char[]> dst(new char[bytes]);
-  std::memset(src.get(), 1, bytes);
-  std::memset(dst.get(), 2, bytes);
-  std::vector<double> out;
+// Copy bandwidth (bytes copied per second, GB/s with 1 GB = 1e9 B) of one run of the engine's copy routine from
+// `src` into `dst`: two contiguous CPU tensors of the same size, allocated and touched by the caller. The benchmark
+// calls it on every rank right after a barrier, so the ranks copy at once and share the memory system as the
+// collectives do; allocation and first touch stay outside the timed copy (and outside the synchronised part).
+double copyGbps(const at::Tensor& dst, const at::Tensor& src) {
+  TORCH_CHECK(dst.device().is_cpu() && src.device().is_cpu() && dst.is_contiguous() && src.is_contiguous(),
+              "copy_gbps: needs contiguous CPU tensors");
+  TORCH_CHECK(dst.nbytes() == src.nbytes() && dst.nbytes() > 0, "copy_gbps: dst has ", dst.nbytes(), " bytes and src ",
+              src.nbytes(), "; they must be the same, non-zero size");
+  TORCH_CHECK(!dst.is_alias_of(src), "copy_gbps: dst and src share storage");
+  const size_t bytes = dst.nbytes();
   py::gil_scoped_release release;
-  tunedist::shm::copyBytes(dst.get(), src.get(), bytes);
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    tunedist::shm::copyBytes(dst.get(), src.get(), bytes);
-    auto t1 = std::chrono::steady_clock::now();
-    out.push_back(double(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
-  }
-  return out;
+  auto t0 = std::chrono::steady_clock::now();
+  tunedist::shm::copyBytes(dst.data_ptr(), src.data_ptr(), bytes);
+  auto t1 = std::chrono::steady_clock::now();
+  return double(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9;
 }
 
 // Medians (us) of the engine's kernels on `bytes` of float32, for the per-call budget
@@ -201,7 +200,7 @@ PYBIND11_MODULE(_C, m) {
                                 "' (expected scalar, avx2 or avx512)");
   });
   m.def("reset_simd_level", &tunedist::shm::resetSimdLevel);
-  m.def("measure_copy_gbps", &measureCopyGbps, py::arg("nbytes"), py::arg("reps"));
+  m.def("copy_gbps", &copyGbps, py::arg("dst"), py::arg("src"));
   m.def("measure_kernels_us", &measureKernelsUs, py::arg("nbytes"), py::arg("nsrc"), py::arg("reps"));
   m.def(
       "reserved_shm_bytes",

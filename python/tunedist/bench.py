@@ -46,11 +46,16 @@ outnumber the cores) runs zero-copy (tunedist.symmetric). The conventions follow
   own and the kernel's work for its sockets included) per op, summed over ranks (cpu_all_ranks_us; cpu_us is the
   mean per rank). Where the ranks share a machine of C cores, no op can take less than that sum / C of wall time:
   the summary prints it beside the times so a CPU-bound comparison shows as one.
-- memcpy_gbps: the per-rank bandwidth of the engine's copy routine (tunedist._C.measure_copy_gbps) while all ranks
-  copy at once, probed before the first point; the median of each rank, then the mean over ranks. memcpy_gbps_end:
-  the same probe after the last point (on a shared VM the probe alone moves 2.6-6 GB/s between runs, so one probe
-  says little about the minutes between). bound: the all_reduce ceiling of a two-shot algorithm with copy-in/out,
-  4(P-1)/(5P+1) x the mean of the two probes, and each backend's busbw over it at the largest size.
+- memcpy_gbps: the per-rank bandwidth of the engine's copy routine (tunedist._C.copy_gbps) while all ranks
+  copy at once (buffers touched first, a barrier before each of 5 copies), probed before the first point; the
+  median of each rank, then the mean over ranks. memcpy_gbps_end: the same probe after the last point (on a shared
+  VM the probe moves 1.5x within minutes, so one probe says little about the minutes between). bound: the
+  all_reduce ceiling of a two-shot algorithm with copy-in/out, 4(P-1)/(5P+1) x the mean of the two probes, and
+  each backend's busbw over it at the largest size. At that point (the largest all_reduce, in place) the probe also
+  takes a turn in every round, first, so memory speed is measured seconds from each timed loop
+  (memcpy_gbps_rounds in its rows), and bound.beside_rounds holds each backend's busbw there over 4(P-1)/(5P+1) and
+  over 4(P-1)/(3P+1) (a design that copies in only what peers need and reduces in place) x the probe of its own
+  round: per round, their median and min-max.
 - load_avg_start/end: os.getloadavg() on rank 0 before the first and after the last point.
 - zero-copy (tuned+sym only): the growth of symmetric_heap_stats()["zero_copy_ops"] over a point (its check, warm-up
   and rounds; the least over ranks) next to the calls the point made, in the row (zero_copy_ops, calls,
@@ -304,29 +309,51 @@ def plan(args, world: int) -> list:
     return points
 
 
-def measure_point(args, contenders, op, count, inplace, progress) -> list:
+def measure_point(args, contenders, op, count, inplace, progress, probe=False) -> list:
     """One (op, count, variant): the contenders that have the op, interleaved round by round; their rows. Its
-    buffers die on return, before the next point allocates its own (tuned+sym: the heap's peak is one point's)."""
+    buffers die on return, before the next point allocates its own (tuned+sym: the heap's peak is one point's).
+    probe: the memcpy probe also takes a turn, first in every round (the bound point), and each row keeps it."""
     here = [prepare(args, c, op, inplace, count) for c in contenders if c.has(op)]
+    probes = []
     for k in range(args.rounds):
+        if probe:
+            probes.append(measure_memcpy(args))
         for point in here:
             if point.timed:
                 run_round(point)
             progress.step(f"{point.contender.name} {op} {count} el{' in-place' if inplace else ''} round {k + 1}")
-    return [finish(args, point) for point in here]
+    rows = [finish(args, point) for point in here]
+    if probe:
+        for row in rows:
+            row["memcpy_gbps_rounds"] = probes
+    return rows
+
+
+def bound_point(args, world: int):
+    """(op, count, inplace) of the point the all_reduce bound is read at: the largest all_reduce, in place."""
+    counts = [count for op, count in plan(args, world) if op == "all_reduce"]
+    return ("all_reduce", max(counts), True) if counts else None
 
 
 def measure(args, contenders, progress) -> list:
     """Every point of plan(), in order; their rows."""
+    at = bound_point(args, dist.get_world_size())
     return [row for op, count in plan(args, dist.get_world_size()) for inplace in VARIANTS[op]
-            for row in measure_point(args, contenders, op, count, inplace, progress)]
+            for row in measure_point(args, contenders, op, count, inplace, progress, (op, count, inplace) == at)]
 
 
-def measure_memcpy(args) -> float:
-    """Per-rank copy bandwidth (GB/s) with every rank copying at once: median per rank, mean over ranks."""
+def measure_memcpy(args, reps: int = 5) -> float:
+    """Per-rank copy bandwidth (GB/s) with every rank copying at once: median per rank, mean over ranks. Buffers are
+    allocated and touched first, and a barrier starts each timed copy, so the ranks' copies overlap (a rank still
+    paging its buffers in while the other copies alone would measure one rank's bandwidth instead)."""
     nbytes = max(args.memcpy_bytes, args.max_bytes)
-    dist.barrier()
-    runs = sorted(tunedist._C.measure_copy_gbps(nbytes, 5))
+    src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
+    tunedist._C.copy_gbps(dst, src)
+    runs = []
+    for _ in range(reps):
+        dist.barrier()
+        runs.append(tunedist._C.copy_gbps(dst, src))
+    runs.sort()
     return _over_ranks([runs[len(runs) // 2]], 1)[0]
 
 

@@ -55,10 +55,14 @@ def ratios(results, primary_inplace: dict, ref: str) -> list:
     return out
 
 
+BOUNDS = {"copy_in_out": ("4(P-1)/(5P+1)", lambda p: 4 * (p - 1) / (5 * p + 1)),
+          "peers_only": ("4(P-1)/(3P+1)", lambda p: 4 * (p - 1) / (3 * p + 1))}
+
+
 def bound_section(results, world: int, memcpy_gbps: float) -> dict:
-    factor = 4 * (world - 1) / (5 * world + 1)
+    factor = BOUNDS["copy_in_out"][1](world)
     section = {"formula": "4(P-1)/(5P+1) x memcpy_gbps (two-shot all_reduce with copy-in/out)", "factor": factor,
-               "memcpy_gbps": memcpy_gbps, "busbw_gbps": factor * memcpy_gbps, "largest": {}}
+               "memcpy_gbps": memcpy_gbps, "busbw_gbps": factor * memcpy_gbps, "largest": {}, "beside_rounds": {}}
     for r in results:
         if r["op"] == "all_reduce" and r["inplace"] and r.get("busbw_gbps") is not None:
             best = section["largest"].get(r["backend"])
@@ -66,7 +70,20 @@ def bound_section(results, world: int, memcpy_gbps: float) -> dict:
                 ratio = r["busbw_gbps"] / section["busbw_gbps"] if section["busbw_gbps"] else None
                 section["largest"][r["backend"]] = {"bytes": r["bytes"], "busbw_gbps": r["busbw_gbps"],
                                                     "ratio": ratio}
+        if world > 1 and r.get("memcpy_gbps_rounds") and r.get("round_time_us"):
+            section["beside_rounds"][r["backend"]] = _beside_rounds(r, world)
     return section
+
+
+def _beside_rounds(r, world: int) -> dict:
+    """busbw of each round over each bound x the memcpy probe that ran just before that round's loops."""
+    busbw = [r["bytes"] / (t * 1e3) * 2 * (world - 1) / world for t in r["round_time_us"]]
+    out = {"bytes": r["bytes"], "memcpy_gbps_rounds": r["memcpy_gbps_rounds"], "busbw_gbps_rounds": busbw}
+    for name, (formula, factor) in BOUNDS.items():
+        per = [b / (factor(world) * m) for b, m in zip(busbw, r["memcpy_gbps_rounds"])]
+        out[name] = {"formula": formula, "ratio_rounds": per, "ratio_median": statistics.median(per),
+                     "ratio_min": min(per), "ratio_max": max(per)}
+    return out
 
 
 def _half(r) -> str:
@@ -105,6 +122,17 @@ def print_tables(results, args, meta) -> None:
             _print_table(results, meta, backend, op, half, units)
     if len(args.backends) > 1:
         print_summary(results, args, meta)
+    print_beside_rounds(meta)
+
+
+def print_beside_rounds(meta) -> None:
+    """The all_reduce bound at its point, each round against the memcpy probe that ran just before it."""
+    for backend, b in meta["bound"].get("beside_rounds", {}).items():
+        probes = "/".join(f"{m:.2f}" for m in b["memcpy_gbps_rounds"])
+        print(f"# bound beside each round at {b['bytes']} B, {backend}: busbw / (factor x the memcpy probed before "
+              f"that round, {probes} GB/s): " + ", ".join(
+                  f"{v['formula']} {v['ratio_median']:.3f} [{v['ratio_min']:.3f}-{v['ratio_max']:.3f}]"
+                  for v in (b["copy_in_out"], b["peers_only"])))
 
 
 def _print_table(results, meta, backend, op, half, units) -> None:

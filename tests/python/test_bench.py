@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+import tunedist
 from tunedist import bench, bench_symmetric
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +80,26 @@ def test_bench_json_schema(bench_run):
     assert math.isclose(bound["factor"], 4 / 11) and bound["busbw_gbps"] > 0
     assert set(bound["largest"]) == {"tuned", "gloo"}
     assert all(b["bytes"] == 64 << 10 and b["ratio"] > 0 for b in bound["largest"].values())
+
+
+def test_bench_probes_memcpy_beside_every_round_of_the_bound_point(bench_run):
+    data, text = bench_run
+    rows = {(r["backend"], r["op"], r["bytes"], r["inplace"]): r for r in data["results"]}
+    probed = [k for k, r in rows.items() if "memcpy_gbps_rounds" in r]
+    # Only the largest all_reduce, in place, takes the probe into its rounds; both contenders share its probes.
+    assert sorted(probed) == [(b, "all_reduce", 64 << 10, True) for b in ("gloo", "tuned")]
+    probes = rows[probed[0]]["memcpy_gbps_rounds"]
+    assert len(probes) == ROUNDS and min(probes) > 0 and rows[probed[1]]["memcpy_gbps_rounds"] == probes
+    beside = data["bound"]["beside_rounds"]
+    assert set(beside) == {"tuned", "gloo"}
+    for backend, b in beside.items():
+        r = rows[(backend, "all_reduce", 64 << 10, True)]
+        for name, factor in (("copy_in_out", 4 / 11), ("peers_only", 4 / 7)):
+            want = [(64 << 10) / (t * 1e3) / (factor * m) for t, m in zip(r["round_time_us"], probes)]
+            assert b[name]["ratio_rounds"] == pytest.approx(want)
+            assert b[name]["ratio_median"] == pytest.approx(statistics.median(want))
+            assert b[name]["ratio_min"] == pytest.approx(min(want)) and b[name]["ratio_max"] == pytest.approx(max(want))
+        assert f"# bound beside each round at {64 << 10} B, {backend}:" in text
 
 
 def test_bench_summary_is_the_ratio_per_interleaved_round(bench_run):
@@ -381,3 +403,14 @@ def test_ab_builds_benchmark_checks_and_compares(tmp_path, symmetric, fresh):
     assert proc.returncode == 0, proc.stdout
     rows = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
     assert len(rows) == 8 and all("A/B  1.00" in line for line in rows), proc.stdout
+
+
+def test_copy_gbps_copies_and_refuses_bad_buffers():
+    src, dst = torch.arange(1 << 16, dtype=torch.int32), torch.zeros(1 << 16, dtype=torch.int32)
+    assert tunedist._C.copy_gbps(dst, src) > 0 and torch.equal(dst, src)
+    for bad_dst, bad_src, words in ((torch.zeros(8), torch.zeros(9), "same, non-zero size"),
+                                    (torch.zeros(0), torch.zeros(0), "same, non-zero size"),
+                                    (torch.zeros(8, 8).t(), torch.zeros(8, 8), "contiguous CPU"),
+                                    (src, src, "share storage")):
+        with pytest.raises(RuntimeError, match=words):
+            tunedist._C.copy_gbps(bad_dst, bad_src)
