@@ -20,6 +20,9 @@ ShmOptions ShmOptions::fromEnv() {
   if (auto v = envNonNegativeInt("TUNEDIST_CACHED_COPY_MAX_BYTES")) {
     o.cachedCopyMaxBytes = size_t(*v);
   }
+  if (auto v = envNonNegativeInt("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES")) {
+    o.broadcastStreamBelowBytes = size_t(*v);
+  }
   if (auto v = envString("TUNEDIST_SLOT_STORES")) {
     TD_CHECK(*v == "auto" || *v == "cached" || *v == "streaming",
              "tunedist: TUNEDIST_SLOT_STORES must be auto, cached or streaming, got '", *v, "'");

@@ -21,6 +21,7 @@ struct ShmOptions {
   static constexpr size_t kDefaultP2pChannelBytes = size_t(256) << 10;
   static constexpr int kDefaultSpinIters = 4000;
   static constexpr size_t kDefaultCachedCopyMaxBytes = size_t(2) << 20;
+  static constexpr size_t kDefaultBroadcastStreamBelowBytes = size_t(512) << 10;
   static constexpr std::chrono::milliseconds kDefaultHeartbeatPeriod{100};
   static constexpr std::chrono::milliseconds kDefaultDeadAfter{1000};
   static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
@@ -53,6 +54,13 @@ struct ShmOptions {
   // Copies into our own slot: cached or streaming stores, chosen per group from their measured cost (kAuto), or
   // forced (TUNEDIST_SLOT_STORES=auto|cached|streaming). See shm/copy_in.h.
   SlotStores slotStores = SlotStores::kAuto;
+  // A broadcast of fewer bytes has its root copy into the slot with streaming stores under kAuto (TUNEDIST_SLOT_STORES
+  // =cached still forces cached ones). Only the readers read that slot, and a line they must snoop out of the root's
+  // cache, where a cached copy of a chunk this small stays, costs them more than one from memory; from about the
+  // size of a core's L2 the cached copy's lines have left for the shared cache and it is the faster one. Measured on
+  // 2 ranks, both ways in one job (docs/records/issue14/s19/broadcast/): streaming / cached time 0.92-0.93 at 16 KiB,
+  // 0.68-0.69 at 64 KiB, 0.68-0.75 at 256 KiB, 0.97-1.17 at 512 KiB, 1.92-1.95 at 1 MiB.
+  size_t broadcastStreamBelowBytes = kDefaultBroadcastStreamBelowBytes;
   // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
   int spinIters = kDefaultSpinIters;
   // How often each rank's heartbeat thread bumps its counter in shared memory.

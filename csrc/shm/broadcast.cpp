@@ -8,7 +8,7 @@
 namespace tunedist::shm {
 
 // broadcast, per chunk of one slot:
-//   1. the root copies the chunk into its slot;
+//   1. the root copies the chunk into its slot (a small broadcast with streaming stores: ShmOptions);
 //   2. everyone publishes; everyone waits for all (the root's publish is the one that matters);
 //   3. the others copy the chunk out of the root's slot.
 // Double buffering lets the root fill the next chunk while the others still copy the previous one.
@@ -24,9 +24,14 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
-    // With no peer (a group of one) nobody reads the slot.
+    // With no peer (a group of one) nobody reads the slot; a small one is read from memory faster than from the
+    // root's cache (ShmOptions::broadcastStreamBelowBytes).
     if (rank_ == root && size_ > 1) {
-      copyIntoSlot(slot(root, b), data + off, n);
+      if (bytes < options_.broadcastStreamBelowBytes) {
+        slotCopy_.copyStreamingUnlessForced(slot(root, b), data + off, n);
+      } else {
+        copyIntoSlot(slot(root, b), data + off, n);
+      }
     }
     // Step 1/1: the root's slot holds bytes [off, off+n).
     waitAll(ctx, publish(ctx));

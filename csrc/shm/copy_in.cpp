@@ -48,6 +48,14 @@ void SlotStoreChooser::record(double nsPerLine) {
   }
 }
 
+void SlotCopyIn::copyStreamingUnlessForced(void* dst, const void* src, size_t bytes) {
+  if (mode_ == SlotStores::kCached) {
+    copyBytesCached(dst, src, bytes);
+  } else {
+    copyBytes(dst, src, bytes);
+  }
+}
+
 void SlotCopyIn::copy(void* dst, const void* src, size_t bytes) {
   switch (mode_) {
     case SlotStores::kCached: copyBytesCached(dst, src, bytes); return;

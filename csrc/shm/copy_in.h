@@ -71,6 +71,10 @@ class SlotCopyIn {
   // Copies `bytes` from `src` into our slot at `dst`; streaming copies end with an sfence, so the caller's release
   // store (publish) orders them.
   void copy(void* dst, const void* src, size_t bytes);
+  // The same copy with streaming stores under kAuto, neither timed nor counted by the chooser: for a slot that only
+  // the peers read, where the caller knows streaming is the faster (ShmOptions::broadcastStreamBelowBytes).
+  // kCached and kStreaming stay forced.
+  void copyStreamingUnlessForced(void* dst, const void* src, size_t bytes);
 
   // Whether copies of at least SlotStoreChooser::kTimedMinBytes currently stream.
   bool streaming() const {

@@ -55,13 +55,19 @@ void probe(SlotStoreChooser& c, std::initializer_list<double> costs) {
 
 TEST_CASE("every slot store mode copies exactly the bytes asked for", "[copy_in]") {
   const SlotStores mode = GENERATE(SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming);
+  const bool readersOnly = GENERATE(false, true);  // copyStreamingUnlessForced (a broadcast root's copy)
   SlotCopyIn copier(mode);
   for (size_t bytes : {size_t(0), size_t(1), size_t(63), kBig - 1, kBig, size_t(65537), size_t(1) << 20}) {
     for (size_t shift : {size_t(0), size_t(3)}) {
-      INFO("mode " << int(mode) << ", " << bytes << " bytes, destination shifted by " << shift);
+      INFO("mode " << int(mode) << (readersOnly ? " (streaming unless forced)" : "") << ", " << bytes
+                   << " bytes, destination shifted by " << shift);
       const auto src = pattern(bytes + shift, uint8_t(bytes));
       std::vector<uint8_t> dst(bytes + 2 * shift + 64, 0xA5);
-      copier.copy(dst.data() + shift, src.data() + shift, bytes);
+      if (readersOnly) {
+        copier.copyStreamingUnlessForced(dst.data() + shift, src.data() + shift, bytes);
+      } else {
+        copier.copy(dst.data() + shift, src.data() + shift, bytes);
+      }
       CHECK(std::equal(src.begin() + long(shift), src.end(), dst.begin() + long(shift)));
       for (size_t i = 0; i < shift; ++i) {
         CHECK(dst[i] == 0xA5);
@@ -147,6 +153,21 @@ TEST_CASE("auto copies time themselves after the warm-up", "[copy_in]") {
   }
   CHECK(c.chooser().samples() == 3);
   CHECK(c.chooser().nsPerLine() > 0);
+}
+
+TEST_CASE("auto: copies that stream unless forced are neither timed nor counted toward the warm-up", "[copy_in]") {
+  SlotCopyIn c(SlotStores::kAuto);
+  std::vector<uint8_t> src(kBig, 1), dst(kBig);
+  for (int i = 0; i < 50; ++i) {
+    c.copyStreamingUnlessForced(dst.data(), src.data(), kBig);
+  }
+  CHECK(c.chooser().samples() == 0);
+  CHECK_FALSE(c.streaming());
+  // The chooser's own copies still start with the whole warm-up.
+  for (uint64_t i = 0; i < SlotStoreChooser::kWarmCopies + 2; ++i) {
+    c.copy(dst.data(), src.data(), kBig);
+  }
+  CHECK(c.chooser().samples() == 2);
 }
 
 TEST_CASE("TUNEDIST_SLOT_STORES forces the slot stores, and a bad value names the variable", "[copy_in][options]") {

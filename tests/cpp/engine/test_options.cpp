@@ -56,6 +56,12 @@ TEST_CASE("TUNEDIST_CACHED_COPY_MAX_BYTES sets where the copy out of slots turns
   CHECK(shm::ShmOptions::fromEnv().cachedCopyMaxBytes == 0);
 }
 
+TEST_CASE("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES sets the broadcasts whose root streams into its slot", "[options]") {
+  CHECK(shm::ShmOptions{}.broadcastStreamBelowBytes == 512 * KiB);
+  ScopedEnv env("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES", "0");
+  CHECK(shm::ShmOptions::fromEnv().broadcastStreamBelowBytes == 0);
+}
+
 TEST_CASE("the cross-host chunk is a quarter of the call within 1-8 MiB unless set", "[options]") {
   shm::CrossHostOptions o;
   CHECK(o.chunkBytesFor(0) == 1 * MiB);
