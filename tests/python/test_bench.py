@@ -405,6 +405,36 @@ def test_ab_builds_benchmark_checks_and_compares(tmp_path, symmetric, fresh):
     assert len(rows) == 8 and all("A/B  1.00" in line for line in rows), proc.stdout
 
 
+def test_settings_benchmark_applies_each_setting_and_pairs_the_rounds(tmp_path):
+    """benchmarks/bench_settings.py, shrunk: two tuned groups, one with 8 KiB slots (the reserved shared memory
+    shows the setting took effect), every op checked and timed; each ratio is the round's time over the baseline's."""
+    out = tmp_path / "settings.json"
+    text = _torchrun("benchmarks/bench_settings.py", "--ops", ",".join(OPS), "--sizes", "4K,64K", "--rounds", "3",
+                     "--target-s", "0.002", "--setting", "base:", "--setting",
+                     "small:TUNEDIST_SLOT_BYTES=8192,TUNEDIST_SLOT_STORES=streaming", "--json", str(out))
+    data = json.loads(out.read_text())
+    small_env = {"TUNEDIST_SLOT_BYTES": "8192", "TUNEDIST_SLOT_STORES": "streaming"}
+    assert data["settings"] == {"base": {}, "small": small_env}
+    shm = data["reserved_shm_bytes"]
+    assert 0 < shm["small"] < shm["base"], shm
+    assert [(r["op"], r["bytes"]) for r in data["results"]] == [(op, n) for op in OPS for n in (4096, 65536)]
+    for r in data["results"]:
+        base, small = r["settings"]["base"], r["settings"]["small"]
+        assert len(base["round_time_us"]) == len(small["round_time_us"]) == 3 and min(base["round_time_us"]) > 0
+        assert base["ratio_median"] == base["ratio_min"] == base["ratio_max"] == 1.0
+        want = [t / b for t, b in zip(small["round_time_us"], base["round_time_us"])]
+        assert small["ratio_median"] == pytest.approx(statistics.median(want))
+        assert (small["ratio_min"], small["ratio_max"]) == pytest.approx((min(want), max(want)))
+        assert f"{r['op']:>15} {r['bytes']:>10}" in text
+
+
+@pytest.mark.parametrize("setting", ["nocolon", ":TUNEDIST_SLOT_BYTES=8192", "x:SLOT_BYTES=8192", "x:TUNEDIST_A"])
+def test_settings_benchmark_rejects_bad_settings(setting):
+    proc = subprocess.run([sys.executable, "benchmarks/bench_settings.py", "--setting", "a:", "--setting", setting],
+                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert proc.returncode == 2 and "bad setting" in proc.stdout, proc.stdout
+
+
 def test_copy_gbps_copies_and_refuses_bad_buffers():
     src, dst = torch.arange(1 << 16, dtype=torch.int32), torch.zeros(1 << 16, dtype=torch.int32)
     assert tunedist._C.copy_gbps(dst, src) > 0 and torch.equal(dst, src)

@@ -1,0 +1,187 @@
+"""Compares settings of the `tuned` backend side by side in one job: one `tuned` group per setting, each created
+with its own environment (tunedist reads its TUNEDIST_* options when a group is created), taking turns size by size.
+
+    torchrun --standalone --nproc_per_node=2 benchmarks/bench_settings.py --ops broadcast \\
+        --setting before:TUNEDIST_BROADCAST_STREAM_BELOW_BYTES=0 --setting now: --sizes 16K,64K,256K,1M
+    torchrun --standalone --nproc_per_node=2 benchmarks/bench_settings.py --ops all_reduce,all_gather \\
+        --setting cached:TUNEDIST_SLOT_STORES=cached --setting streaming:TUNEDIST_SLOT_STORES=streaming \\
+        --setting auto:TUNEDIST_SLOT_STORES=auto
+
+A setting is NAME:VAR=VALUE,VAR=VALUE (NAME: alone keeps the environment as it is). The first is the baseline.
+At each (op, size) every setting's result is checked once against the closed form, warmed up, then the settings
+take turns for --rounds rounds, the order reversed every other round; each turn is a barrier, one untimed call and
+a loop of back-to-back calls, timed as its mean per call (total / iters, so a rank that runs ahead of its peers,
+as a broadcast root can, does not flatter the loop), averaged over ranks. Printed per setting: the median over
+rounds of that time, and its ratio to the baseline's time in the same round, median [min-max] (< 1: faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from bench_call_budget import parse_size  # this folder: the same size syntax
+
+import tunedist
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_setting(text: str) -> tuple:
+    name, sep, rest = text.partition(":")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"bad setting {text!r}: use NAME:VAR=VALUE,VAR=VALUE (or NAME: for none)")
+    env = {}
+    for item in filter(None, rest.split(",")):
+        var, eq, value = item.partition("=")
+        if not eq or not var.startswith("TUNEDIST_"):
+            raise argparse.ArgumentTypeError(f"bad setting {text!r}: {item!r} is not TUNEDIST_VAR=VALUE")
+        env[var] = value
+    return name, env
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--setting", dest="settings", action="append", type=parse_setting, required=True,
+                   help="NAME:VAR=VALUE,... (repeat; the first is the baseline)")
+    p.add_argument("--ops", default="all_reduce", help=f"comma-separated, from {', '.join(OPS)}")
+    p.add_argument("--sizes", default="16K,64K,256K,1M,4M", help="bytes per call: the all_reduce/broadcast buffer, "
+                   "the all_gather output, the reduce_scatter input")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--target-s", type=float, default=0.05, help="seconds one timed loop aims at")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--json", help="write every round's times here (rank 0)")
+    args = p.parse_args(argv)
+    args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    args.sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    names = [n for n, _ in args.settings]
+    if len(set(names)) != len(names) or len(names) < 2:
+        p.error(f"need at least two settings with distinct names, got {names}")
+    if any(o not in OPS for o in args.ops):
+        p.error(f"unknown op in {args.ops}; choose from {', '.join(OPS)}")
+    if args.rounds < 1 or not args.sizes:
+        p.error("need --rounds >= 1 and at least one size")
+    return args
+
+
+def make_groups(settings) -> dict:
+    """One tuned group per setting, each created under its own TUNEDIST_* environment, restored afterwards."""
+    saved = dict(os.environ)
+    groups = {}
+    try:
+        for name, env in settings:
+            os.environ.update(env)
+            groups[name] = dist.new_group(backend="tuned")
+            os.environ.clear()
+            os.environ.update(saved)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return groups
+
+
+def make_call(op: str, nbytes: int, dtype, group, rank: int, world: int):
+    """(call, check) for one op of `nbytes`, the inputs exact small integers so any wrong element shows."""
+    n = max(world, nbytes // torch.tensor([], dtype=dtype).element_size() // world * world)
+    block = n // world
+    if op == "all_reduce":  # in place, as tunedist.bench times it: after the checked call the values only grow
+        t = torch.full((n,), rank + 1, dtype=dtype)
+        return (lambda: dist.all_reduce(t, group=group)), lambda: bool((t == world * (world + 1) // 2).all())
+    if op == "all_gather":
+        inp, out = torch.full((block,), rank + 1, dtype=dtype), torch.empty(n, dtype=dtype)
+        expect = torch.arange(1, world + 1, dtype=dtype).repeat_interleave(block)
+        return (lambda: dist.all_gather_into_tensor(out, inp, group=group)), lambda: torch.equal(out, expect)
+    if op == "reduce_scatter":
+        inp, out = torch.full((n,), rank + 1, dtype=dtype), torch.empty(block, dtype=dtype)
+        return ((lambda: dist.reduce_scatter_tensor(out, inp, group=group)),
+                lambda: bool((out == world * (world + 1) // 2).all()))
+    buf = torch.full((n,), 7 if rank == 0 else rank + 100, dtype=dtype)
+    return (lambda: dist.broadcast(buf, src=0, group=group)), lambda: bool((buf == 7).all())
+
+
+def mean_over_ranks(x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
+def measure_point(args, groups, op, nbytes, rank, world) -> dict:
+    calls = {name: make_call(op, nbytes, DTYPES[args.dtype], g, rank, world) for name, g in groups.items()}
+    iters = {}
+    for name, (call, check) in calls.items():
+        call()
+        bad = torch.tensor([0 if check() else 1])
+        dist.all_reduce(bad)
+        if bad.item():
+            raise RuntimeError(f"bench_settings: {op} of {nbytes} B under setting {name!r} gave wrong results on "
+                               f"{bad.item()} rank(s)")
+        start = time.perf_counter()
+        for _ in range(3):
+            call()
+        est = mean_over_ranks((time.perf_counter() - start) / 3)
+        iters[name] = max(3, min(5000, round(args.target_s / max(est, 1e-9))))
+    per_round = {name: [] for name in calls}
+    order = list(calls)
+    for r in range(args.rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            call = calls[name][0]
+            dist.barrier()
+            call()
+            start = time.perf_counter()
+            for _ in range(iters[name]):
+                call()
+            per_round[name].append(mean_over_ranks((time.perf_counter() - start) / iters[name]) * 1e6)
+    base = order[0]
+    rows = {}
+    for name, times in per_round.items():
+        ratios = [t / b for t, b in zip(times, per_round[base])]
+        rows[name] = {"time_us": statistics.median(times), "round_time_us": times, "iters": iters[name],
+                      "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+    return rows
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = make_groups(args.settings)
+    names = list(groups)
+    if rank == 0:
+        print(f"# bench_settings: world size {world}, {args.dtype}, {args.rounds} rounds; settings: " +
+              "; ".join(f"{n} {env or '(environment as is)'}" for n, env in args.settings) +
+              f"; time = median over rounds of the loop's mean per call (us); ratio = time / {names[0]}'s in the "
+              "same round, median [min-max]", flush=True)
+    results = []
+    for op in args.ops:
+        for nbytes in args.sizes:
+            rows = measure_point(args, groups, op, nbytes, rank, world)
+            results.append({"op": op, "bytes": nbytes, "settings": rows})
+            if rank == 0:
+                print(f"{op:>15} {nbytes:>10}  " + "  ".join(
+                    f"{n} {r['time_us']:9.2f}" + ("" if n == names[0] else
+                                                   f" ({r['ratio_median']:.2f} [{r['ratio_min']:.2f}-"
+                                                   f"{r['ratio_max']:.2f}])")
+                    for n, r in rows.items()), flush=True)
+    # What each group reserved in shared memory (TUNEDIST_SLOT_BYTES shows here): the settings took effect.
+    shm = {name: tunedist._C.reserved_shm_bytes(g._get_backend(torch.device("cpu"))) for name, g in groups.items()}
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"world_size": world, "dtype": args.dtype, "rounds": args.rounds,
+                       "settings": dict(args.settings), "reserved_shm_bytes": shm, "results": results}, f, indent=1)
+    dist.barrier()
+    for g in groups.values():
+        dist.destroy_process_group(g)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
