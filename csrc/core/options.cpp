@@ -20,6 +20,9 @@ ShmOptions ShmOptions::fromEnv() {
   if (auto v = envNonNegativeInt("TUNEDIST_CACHED_COPY_MAX_BYTES")) {
     o.cachedCopyMaxBytes = size_t(*v);
   }
+  if (auto v = envNonNegativeInt("TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES")) {
+    o.broadcastCachedCopyMaxBytes = size_t(*v);
+  }
   if (auto v = envNonNegativeInt("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES")) {
     o.broadcastStreamBelowBytes = size_t(*v);
   }

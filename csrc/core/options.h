@@ -22,6 +22,7 @@ struct ShmOptions {
   static constexpr int kDefaultSpinIters = 4000;
   static constexpr size_t kDefaultCachedCopyMaxBytes = size_t(2) << 20;
   static constexpr size_t kDefaultBroadcastStreamBelowBytes = size_t(512) << 10;
+  static constexpr size_t kDefaultBroadcastCachedCopyMaxBytes = size_t(16) << 20;
   static constexpr std::chrono::milliseconds kDefaultHeartbeatPeriod{100};
   static constexpr std::chrono::milliseconds kDefaultDeadAfter{1000};
   static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
@@ -61,6 +62,12 @@ struct ShmOptions {
   // 2 ranks, both ways in one job (docs/records/issue14/s19/broadcast/): streaming / cached time 0.92-0.93 at 16 KiB,
   // 0.68-0.69 at 64 KiB, 0.68-0.75 at 256 KiB, 0.97-1.17 at 512 KiB, 1.92-1.95 at 1 MiB.
   size_t broadcastStreamBelowBytes = kDefaultBroadcastStreamBelowBytes;
+  // cachedCopyMaxBytes for the readers of a broadcast, whose only work is that copy, counted over all of them (they
+  // share the last-level cache): plain stores leave the output in the shared cache, streaming ones send it to memory,
+  // and up to about half a 32 MiB L3 the plain copy wins. Measured on 2 ranks, one job
+  // (docs/records/issue14/s19/broadcast_copyout/): plain / streaming time 0.55-0.62 at 3-8 MiB, 0.85-0.94 at
+  // 12-16 MiB, 0.86-0.96 at 24-32 MiB, 0.98-1.10 at 48-64 MiB; 4 ranks on 2 cores, per-reader bytes: 16 MiB 1.08.
+  size_t broadcastCachedCopyMaxBytes = kDefaultBroadcastCachedCopyMaxBytes;
   // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
   int spinIters = kDefaultSpinIters;
   // How often each rank's heartbeat thread bumps its counter in shared memory.

@@ -10,7 +10,8 @@ namespace tunedist::shm {
 // broadcast, per chunk of one slot:
 //   1. the root copies the chunk into its slot (a small broadcast with streaming stores: ShmOptions);
 //   2. everyone publishes; everyone waits for all (the root's publish is the one that matters);
-//   3. the others copy the chunk out of the root's slot.
+//   3. the others copy the chunk out of the root's slot (plain stores while all readers together receive at
+//      most ShmOptions::broadcastCachedCopyMaxBytes).
 // Double buffering lets the root fill the next chunk while the others still copy the previous one.
 void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root) {
   TD_CHECK(root >= 0 && root < size_, "tunedist: broadcast (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
@@ -36,7 +37,11 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
     // Step 1/1: the root's slot holds bytes [off, off+n).
     waitAll(ctx, publish(ctx));
     if (rank_ != root) {
-      copyOut(data + off, slot(root, b), n, bytes);
+      if (bytes * size_t(size_ - 1) <= options_.broadcastCachedCopyMaxBytes) {
+        copyBytesCached(data + off, slot(root, b), n);
+      } else {
+        copyBytes(data + off, slot(root, b), n);
+      }
     }
     releaseBuffer(b);
     if (bytes == 0) {

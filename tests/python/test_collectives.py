@@ -87,8 +87,9 @@ def test_collective(matrix, section):
         pytest.fail(f"{section} with world size {world_size}:\n" + "\n".join(problems), pytrace=False)
 
 
-# The copy out of the peers' slots uses cached stores up to TUNEDIST_CACHED_COPY_MAX_BYTES received and streaming
-# stores above, and the copy into a rank's own slot chooses between them at run time (TUNEDIST_SLOT_STORES=auto);
+# The copy out of the peers' slots uses cached stores up to TUNEDIST_CACHED_COPY_MAX_BYTES received (broadcast:
+# TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES) and streaming stores above, and the copy into a rank's own slot chooses
+# between them at run time (TUNEDIST_SLOT_STORES=auto);
 # the sizes above mostly take the cached paths. One more launch, with streaming stores both ways for every size and
 # 4 KiB slots (so every call also runs many chunks), for the collectives that copy through slots.
 STREAMING_SECTIONS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather_scatter",
@@ -97,7 +98,8 @@ STREAMING_SECTIONS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_ga
 
 @pytest.fixture(scope="module")
 def streaming_run():
-    env = {"TUNEDIST_CACHED_COPY_MAX_BYTES": "0", "TUNEDIST_SLOT_STORES": "streaming", "TUNEDIST_SLOT_BYTES": "4096"}
+    env = {"TUNEDIST_CACHED_COPY_MAX_BYTES": "0", "TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES": "0",
+           "TUNEDIST_SLOT_STORES": "streaming", "TUNEDIST_SLOT_BYTES": "4096"}
     try:
         return launch(3, _run_sections, STREAMING_SECTIONS, timeout_s=420, env=env), None
     except AssertionError as exc:

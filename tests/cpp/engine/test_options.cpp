@@ -56,6 +56,13 @@ TEST_CASE("TUNEDIST_CACHED_COPY_MAX_BYTES sets where the copy out of slots turns
   CHECK(shm::ShmOptions::fromEnv().cachedCopyMaxBytes == 0);
 }
 
+TEST_CASE("TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES sets where a broadcast's readers copy out with streaming stores",
+          "[options]") {
+  CHECK(shm::ShmOptions{}.broadcastCachedCopyMaxBytes == 16 * MiB);
+  ScopedEnv env("TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES", "0");
+  CHECK(shm::ShmOptions::fromEnv().broadcastCachedCopyMaxBytes == 0);
+}
+
 TEST_CASE("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES sets the broadcasts whose root streams into its slot", "[options]") {
   CHECK(shm::ShmOptions{}.broadcastStreamBelowBytes == 512 * KiB);
   ScopedEnv env("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES", "0");
