@@ -241,7 +241,7 @@ struct Float32Lanes : FloatRegister {
 // (unpack: words 0-3 of every 128-bit lane into `lo`, 4-7 into `hi`), and one packus after rounding puts every word
 // back in its place. The elements sit in the registers in another order, the same for every source, and the
 // arithmetic on each is unchanged; against one register with a lane-crossing widen (vpmovzxwd + shift) and narrow
-// (vpmovdw), 2 sources at 16 KiB took 1.19 us, now 0.7 (docs/records/issue14/s19/bf16_kernel/).
+// (vpmovdw), 2 sources at 16 KiB took 1.19 us, now 0.78 (docs/records/issue14/s19/bf16_kernel/).
 struct BFloat16Lanes {
   struct Vec {
     __m512 lo, hi;
