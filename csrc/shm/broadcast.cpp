@@ -37,11 +37,7 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
     // Step 1/1: the root's slot holds bytes [off, off+n).
     waitAll(ctx, publish(ctx));
     if (rank_ != root) {
-      if (bytes * size_t(size_ - 1) <= options_.broadcastCachedCopyMaxBytes) {
-        copyBytesCached(data + off, slot(root, b), n);
-      } else {
-        copyBytes(data + off, slot(root, b), n);
-      }
+      copyOut(data + off, slot(root, b), n, bytes * size_t(size_ - 1), options_.broadcastCachedCopyMaxBytes);
     }
     releaseBuffer(b);
     if (bytes == 0) {

@@ -226,10 +226,14 @@ class ShmComm {
   }
   // Copies into our own slot, which peers read next: cached or streaming stores (shm/copy_in.h).
   void copyIntoSlot(void* dst, const void* src, size_t n) { slotCopy_.copy(dst, src, n); }
-  // Copies `n` bytes out of a peer's slot into the caller's memory; `received` is all this rank receives in the
-  // operation, which chooses cached or streaming stores (ShmOptions::cachedCopyMaxBytes).
+  // Copies `n` bytes out of a peer's slot into the caller's memory; `received` is what the operation delivers, which
+  // chooses cached stores up to `cachedMaxBytes` (ShmOptions::cachedCopyMaxBytes unless the op has its own) and
+  // streaming ones above.
   void copyOut(void* dst, const void* src, size_t n, size_t received) const {
-    if (received <= options_.cachedCopyMaxBytes) {
+    copyOut(dst, src, n, received, options_.cachedCopyMaxBytes);
+  }
+  void copyOut(void* dst, const void* src, size_t n, size_t received, size_t cachedMaxBytes) const {
+    if (received <= cachedMaxBytes) {
       copyBytesCached(dst, src, n);
     } else {
       copyBytes(dst, src, n);

@@ -89,9 +89,9 @@ def test_collective(matrix, section):
 
 # The copy out of the peers' slots uses cached stores up to TUNEDIST_CACHED_COPY_MAX_BYTES received (broadcast:
 # TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES) and streaming stores above, and the copy into a rank's own slot chooses
-# between them at run time (TUNEDIST_SLOT_STORES=auto);
-# the sizes above mostly take the cached paths. One more launch, with streaming stores both ways for every size and
-# 4 KiB slots (so every call also runs many chunks), for the collectives that copy through slots.
+# between them at run time (TUNEDIST_SLOT_STORES=auto); the sizes above mostly take the cached paths. One more
+# launch, with streaming stores both ways for every size and 4 KiB slots (so every call also runs many chunks), for
+# the collectives that copy through slots.
 STREAMING_SECTIONS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather_scatter",
                       "reduce_scatter", "all_to_all", "all_to_all_single")
 
