@@ -8,11 +8,13 @@ with its own environment (tunedist reads its TUNEDIST_* options when a group is 
         --setting auto:TUNEDIST_SLOT_STORES=auto
 
 A setting is NAME:VAR=VALUE,VAR=VALUE (NAME: alone keeps the environment as it is). The first is the baseline.
-At each (op, size) every setting's result is checked once against the closed form, warmed up, then the settings
-take turns for --rounds rounds, the order reversed every other round; each turn is a barrier, one untimed call and
-a loop of back-to-back calls, timed as its mean per call (total / iters, so a rank that runs ahead of its peers,
-as a broadcast root can, does not flatter the loop), averaged over ranks. Printed per setting: the median over
-rounds of that time, and its ratio to the baseline's time in the same round, median [min-max] (< 1: faster).
+The buffers and their closed-form results are tunedist.bench's (all_reduce and broadcast in place, all_gather and
+reduce_scatter out of place, as its summary compares them). At each (op, size) every setting's result is checked
+once, warmed up, then the settings take turns for --rounds rounds, the order reversed every other round; each turn
+is a barrier, one untimed call and a loop of back-to-back calls, timed as its mean per call (total / iters, so a
+rank that runs ahead of its peers, as a broadcast root can, does not flatter the loop), averaged over ranks.
+Printed per setting: the median over rounds of that time, and its ratio to the baseline's time in the same round,
+median [min-max] (< 1: faster).
 """
 
 from __future__ import annotations
@@ -29,9 +31,8 @@ import torch.distributed as dist
 from bench_call_budget import parse_size  # this folder: the same size syntax
 
 import tunedist
-
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from tunedist.bench_collectives import COLLECTIVES, DTYPES, OPS, PRIMARY_INPLACE, count_wrong
+from tunedist.bench_contenders import C10dComm
 
 
 def parse_setting(text: str) -> tuple:
@@ -71,39 +72,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def make_groups(settings) -> dict:
+def make_comms(settings) -> dict:
     """One tuned group per setting, each created under its own TUNEDIST_* environment, restored afterwards."""
     saved = dict(os.environ)
-    groups = {}
+    comms = {}
     try:
         for name, env in settings:
             os.environ.update(env)
-            groups[name] = dist.new_group(backend="tuned")
+            comms[name] = C10dComm("tuned")
             os.environ.clear()
             os.environ.update(saved)
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    return groups
+    return comms
 
 
-def make_call(op: str, nbytes: int, dtype, group, rank: int, world: int):
-    """(call, check) for one op of `nbytes`, the inputs exact small integers so any wrong element shows."""
-    n = max(world, nbytes // torch.tensor([], dtype=dtype).element_size() // world * world)
-    block = n // world
-    if op == "all_reduce":  # in place, as tunedist.bench times it: after the checked call the values only grow
-        t = torch.full((n,), rank + 1, dtype=dtype)
-        return (lambda: dist.all_reduce(t, group=group)), lambda: bool((t == world * (world + 1) // 2).all())
-    if op == "all_gather":
-        inp, out = torch.full((block,), rank + 1, dtype=dtype), torch.empty(n, dtype=dtype)
-        expect = torch.arange(1, world + 1, dtype=dtype).repeat_interleave(block)
-        return (lambda: dist.all_gather_into_tensor(out, inp, group=group)), lambda: torch.equal(out, expect)
-    if op == "reduce_scatter":
-        inp, out = torch.full((n,), rank + 1, dtype=dtype), torch.empty(block, dtype=dtype)
-        return ((lambda: dist.reduce_scatter_tensor(out, inp, group=group)),
-                lambda: bool((out == world * (world + 1) // 2).all()))
-    buf = torch.full((n,), 7 if rank == 0 else rank + 100, dtype=dtype)
-    return (lambda: dist.broadcast(buf, src=0, group=group)), lambda: bool((buf == 7).all())
+def make_call(op: str, nbytes: int, dtype, comm, rank: int, world: int):
+    """(call, check) for one op of S = `nbytes` (tunedist.bench's S, the variant its summary compares), with
+    tunedist.bench's buffers and closed-form results: check() runs the op once and says whether it was right."""
+    coll = COLLECTIVES[op]
+    count = max(1, nbytes // coll.nbytes(1, dtype.itemsize, world))
+    bufs = coll.buffers(rank, world, PRIMARY_INPLACE[op], count, dtype, "sum", comm)
+    return bufs.call, lambda: count_wrong(bufs) == 0
 
 
 def mean_over_ranks(x: float) -> float:
@@ -112,11 +103,10 @@ def mean_over_ranks(x: float) -> float:
     return t.item() / dist.get_world_size()
 
 
-def measure_point(args, groups, op, nbytes, rank, world) -> dict:
-    calls = {name: make_call(op, nbytes, DTYPES[args.dtype], g, rank, world) for name, g in groups.items()}
+def measure_point(args, comms, op, nbytes, rank, world) -> dict:
+    calls = {name: make_call(op, nbytes, DTYPES[args.dtype], c, rank, world) for name, c in comms.items()}
     iters = {}
     for name, (call, check) in calls.items():
-        call()
         bad = torch.tensor([0 if check() else 1])
         dist.all_reduce(bad)
         if bad.item():
@@ -152,8 +142,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    groups = make_groups(args.settings)
-    names = list(groups)
+    comms = make_comms(args.settings)
+    names = list(comms)
     if rank == 0:
         print(f"# bench_settings: world size {world}, {args.dtype}, {args.rounds} rounds; settings: " +
               "; ".join(f"{n} {env or '(environment as is)'}" for n, env in args.settings) +
@@ -162,7 +152,7 @@ def main(argv=None) -> int:
     results = []
     for op in args.ops:
         for nbytes in args.sizes:
-            rows = measure_point(args, groups, op, nbytes, rank, world)
+            rows = measure_point(args, comms, op, nbytes, rank, world)
             results.append({"op": op, "bytes": nbytes, "settings": rows})
             if rank == 0:
                 print(f"{op:>15} {nbytes:>10}  " + "  ".join(
@@ -171,14 +161,14 @@ def main(argv=None) -> int:
                                                    f"{r['ratio_max']:.2f}])")
                     for n, r in rows.items()), flush=True)
     # What each group reserved in shared memory (TUNEDIST_SLOT_BYTES shows here): the settings took effect.
-    shm = {name: tunedist._C.reserved_shm_bytes(g._get_backend(torch.device("cpu"))) for name, g in groups.items()}
+    shm = {name: tunedist._C.reserved_shm_bytes(c.group._get_backend(torch.device("cpu"))) for name, c in comms.items()}
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump({"world_size": world, "dtype": args.dtype, "rounds": args.rounds,
                        "settings": dict(args.settings), "reserved_shm_bytes": shm, "results": results}, f, indent=1)
     dist.barrier()
-    for g in groups.values():
-        dist.destroy_process_group(g)
+    for c in comms.values():
+        c.close()
     dist.destroy_process_group()
     return 0
 

@@ -7,6 +7,8 @@ import importlib.util
 import statistics
 import sys
 
+from .bench_collectives import COLLECTIVES
+
 RANK_REDUCTIONS = {0: "rank 0", 1: "average", 2: "min", 3: "max"}
 TYPE_NAMES = {"float32": "float", "float": "float", "float16": "half", "half": "half", "bfloat16": "bfloat16",
               "float64": "double", "double": "double", "int32": "int32", "int64": "int64"}  # nccl-tests' spelling
@@ -77,7 +79,7 @@ def bound_section(results, world: int, memcpy_gbps: float) -> dict:
 
 def _beside_rounds(r, world: int) -> dict:
     """busbw of each round over each bound x the memcpy probe that ran just before that round's loops."""
-    busbw = [r["bytes"] / (t * 1e3) * 2 * (world - 1) / world for t in r["round_time_us"]]
+    busbw = [r["bytes"] / (t * 1e3) * COLLECTIVES["all_reduce"].busbw_factor(world) for t in r["round_time_us"]]
     out = {"bytes": r["bytes"], "memcpy_gbps_rounds": r["memcpy_gbps_rounds"], "busbw_gbps_rounds": busbw}
     for name, (formula, factor) in BOUNDS.items():
         per = [b / (factor(world) * m) for b, m in zip(busbw, r["memcpy_gbps_rounds"])]
