@@ -48,6 +48,22 @@ def parse_setting(text: str) -> tuple:
     return name, env
 
 
+def print_stores(names: list, stores: list) -> None:
+    """One line per setting whose stores are chosen at run time: each single-round size class as op>=bytes, then
+    each rank's last pick (c cached, s streaming) and its last medians in ns per byte, cached/streaming."""
+    for name in names:
+        if stores[0][name].get("mode") != "auto":
+            continue
+        classes = {}
+        for rank_stats in stores:
+            for r in rank_stats[name]["single_round"]:
+                medians = f"{r['cached_ns_per_byte']:.3f}/{r['streaming_ns_per_byte']:.3f}"
+                pick = f"{'s' if r['streaming'] else 'c'}({medians})"
+                classes.setdefault(f"{r['op']}>={r['slot_bytes_from'] // 1024}K", []).append(pick)
+        print(f"# {name}: last slot-store picks per rank: " + "; ".join(f"{k} {' '.join(v)}"
+                                                                         for k, v in classes.items()), flush=True)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--setting", dest="settings", action="append", type=parse_setting, required=True,
@@ -162,10 +178,17 @@ def main(argv=None) -> int:
                     for n, r in rows.items()), flush=True)
     # What each group reserved in shared memory (TUNEDIST_SLOT_BYTES shows here): the settings took effect.
     shm = {name: tunedist._C.reserved_shm_bytes(c.group._get_backend(torch.device("cpu"))) for name, c in comms.items()}
+    # Each rank's slot stores at the end, per setting (tunedist._C.slot_store_stats): which way the auto mode went.
+    stores = [None] * world
+    dist.all_gather_object(stores, {name: tunedist._C.slot_store_stats(c.group._get_backend(torch.device("cpu")))
+                                    for name, c in comms.items()})
+    if rank == 0:
+        print_stores(names, stores)
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump({"world_size": world, "dtype": args.dtype, "rounds": args.rounds,
-                       "settings": dict(args.settings), "reserved_shm_bytes": shm, "results": results}, f, indent=1)
+                       "settings": dict(args.settings), "reserved_shm_bytes": shm, "slot_stores": stores,
+                       "results": results}, f, indent=1)
     dist.barrier()
     for c in comms.values():
         c.close()

@@ -232,6 +232,50 @@ PYBIND11_MODULE(_C, m) {
         return d;
       },
       py::arg("backend"));
+  m.def(
+      "slot_store_stats",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        const tunedist::shm::ShmComm* comm = tunedBackend(backend, "slot_store_stats").cpu().hostComm();
+        py::dict d;
+        if (comm == nullptr) {
+          return d;  // no operation has run yet
+        }
+        using tunedist::shm::RoundStoreChooser;
+        using tunedist::shm::ShmComm;
+        using tunedist::shm::SlotStores;
+        const SlotStores mode = comm->options().slotStores;
+        d["mode"] = mode == SlotStores::kAuto ? "auto" : mode == SlotStores::kCached ? "cached" : "streaming";
+        const auto& copyIn = comm->slotCopyIn();
+        py::dict other;
+        other["streaming"] = copyIn.streaming();
+        other["ns_per_line"] = copyIn.chooser().nsPerLine();
+        other["samples"] = copyIn.chooser().samples();
+        d["other_ops"] = other;
+        py::list rounds;
+        const std::pair<ShmComm::RoundFamily, const char*> families[] = {
+            {ShmComm::kOneShotAllreduce, "all_reduce"},
+            {ShmComm::kOneRoundAllgather, "all_gather"},
+            {ShmComm::kOneRoundReduceScatter, "reduce_scatter"}};
+        for (const auto& [family, name] : families) {
+          const RoundStoreChooser& c = comm->roundStoreChooser(family);
+          for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
+            if (c.windows(cls) == 0) {
+              continue;
+            }
+            py::dict r;
+            r["op"] = name;
+            r["slot_bytes_from"] = RoundStoreChooser::kMinBytes << cls;
+            r["streaming"] = c.streaming(cls);
+            r["windows"] = c.windows(cls);
+            r["cached_ns_per_byte"] = c.lastCachedNsPerByte(cls);
+            r["streaming_ns_per_byte"] = c.lastStreamingNsPerByte(cls);
+            rounds.append(r);
+          }
+        }
+        d["single_round"] = rounds;
+        return d;
+      },
+      py::arg("backend"));
   m.def("nccl_build_info", [] {
     auto info = tunedist::ncclBuildInfo();
     py::dict d;

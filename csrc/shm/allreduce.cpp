@@ -25,9 +25,11 @@ void ShmComm::allreduceCopy(const OpContext& ctx, const void* in, void* out, siz
 //   1. copy our whole input into our slot;
 //   2. publish; wait for every rank's publish;
 //   3. reduce all P terms in rank order 0..P-1 (our own straight from the input) into the output.
-// Every rank does the same arithmetic in the same order, so every rank gets bit-identical results.
+// Every rank does the same arithmetic in the same order, so every rank gets bit-identical results. The slot stores
+// are those the operation's RoundStoreChooser keeps for its size (shm/round_stores.h).
 void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
   const size_t bytes = count * dtypeSize(args.dtype);
+  RoundStores stores(*this, kOneShotAllreduce, bytes, size_ > 1);
   int b = beginRound(ctx);
   if (size_ > 1) {
     copyIntoSlot(slot(rank_, b), in, bytes);
@@ -39,6 +41,7 @@ void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, 
     srcs[p] = p == rank_ ? in : slot(p, b);
   }
   tunedist::shm::reduce(args, out, srcs.data(), size_, count);
+  stores.done();
   releaseBuffer(b);
 }
 

@@ -32,6 +32,7 @@
 #include "shm/copy_in.h"
 #include "shm/heap.h"
 #include "shm/layout.h"
+#include "shm/round_stores.h"
 #include "shm/segment.h"
 
 namespace tunedist::shm {
@@ -137,6 +138,13 @@ class ShmComm {
   void broadcastSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
   const std::shared_ptr<SymmetricHeap>& heap() const { return heap_; }
 
+  // The single-round operations whose slot stores a RoundStoreChooser of their own picks (shm/round_stores.h):
+  // a one-shot all_reduce, and an all_gather or reduce_scatter that fits one slot.
+  enum RoundFamily { kOneShotAllreduce, kOneRoundAllgather, kOneRoundReduceScatter, kRoundFamilies };
+  const RoundStoreChooser& roundStoreChooser(RoundFamily family) const { return roundChoosers_[family]; }
+  // The copy into our slot of every other operation (its SlotStoreChooser).
+  const SlotCopyIn& slotCopyIn() const { return slotCopy_; }
+
   // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
   // failure wins; later calls only share it again. Idempotent.
   void abort(const std::string& reason, FailureKind kind = FailureKind::kError);
@@ -157,7 +165,16 @@ class ShmComm {
 
   // The round protocol (round.cpp).
   uint64_t publish(const OpContext& ctx);
-  void waitAll(const OpContext& ctx, uint64_t step);
+  void waitAll(const OpContext& ctx, uint64_t step) {
+    if (!timingWaits_) {
+      waitUntilAll(ctx, step);
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    waitUntilAll(ctx, step);
+    waited_ += std::chrono::steady_clock::now() - t0;
+  }
+  void waitUntilAll(const OpContext& ctx, uint64_t step);
   void acquireBuffer(const OpContext& ctx, int buffer);
   void releaseBuffer(int buffer);
   // Starts a round: takes the current buffer (waiting until peers are done with its previous contents) and
@@ -224,8 +241,39 @@ class ShmComm {
       std::memmove(dst, src, bytes);
     }
   }
-  // Copies into our own slot, which peers read next: cached or streaming stores (shm/copy_in.h).
-  void copyIntoSlot(void* dst, const void* src, size_t n) { slotCopy_.copy(dst, src, n); }
+  // Copies into our own slot, which peers read next: cached or streaming stores (shm/copy_in.h), or those a
+  // RoundStores in scope chose.
+  void copyIntoSlot(void* dst, const void* src, size_t n) {
+    if (roundStreaming_ < 0) {
+      slotCopy_.copy(dst, src, n);
+    } else if (roundStreaming_ > 0) {
+      copyBytes(dst, src, n);
+    } else {
+      copyBytesCached(dst, src, n);
+    }
+  }
+  // For the length of one single-round operation under SlotStores::kAuto with peers (`active`): its copies into our
+  // slot use the stores that `family`'s chooser plans for `bytes` (what this rank writes into its slot), and when
+  // the chooser times the operation, done() reports its work: the time since construction outside waitAll, per
+  // byte. An operation that throws reports nothing.
+  class RoundStores {
+   public:
+    RoundStores(ShmComm& comm, RoundFamily family, size_t bytes, bool active);
+    ~RoundStores() {
+      comm_.roundStreaming_ = -1;
+      comm_.timingWaits_ = false;
+    }
+    RoundStores(const RoundStores&) = delete;
+    RoundStores& operator=(const RoundStores&) = delete;
+    // After the operation's last read of a peer's slot.
+    void done();
+
+   private:
+    ShmComm& comm_;
+    RoundStoreChooser* chooser_ = nullptr;
+    size_t bytes_ = 0;
+    std::chrono::steady_clock::time_point start_;
+  };
   // Copies `n` bytes out of a peer's slot into the caller's memory; `received` is what the operation delivers, which
   // chooses cached stores up to `cachedMaxBytes` (ShmOptions::cachedCopyMaxBytes unless the op has its own) and
   // streaming ones above.
@@ -259,6 +307,12 @@ class ShmComm {
   const SegmentGeometry geometry_;
   const StallPoint stall_;
   SlotCopyIn slotCopy_{options_.slotStores};
+  RoundStoreChooser roundChoosers_[kRoundFamilies];
+  // While a RoundStores is in scope: its stores (0 cached, 1 streaming; -1: slotCopy_ decides), and while it times
+  // the operation, the time spent in waitAll.
+  int roundStreaming_ = -1;
+  bool timingWaits_ = false;
+  std::chrono::nanoseconds waited_{0};
 
   ShmSegment segment_;
   SegmentHeader* header_ = nullptr;

@@ -30,6 +30,8 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
   // block goes last, in one memmove.
   const bool ownEarly = receive && (own == src || !rangesOverlap(own, src, bytes));
   const size_t chunk = options_.slotBytes;
+  // An all_gather of one round: every rank writes and reads slots, and the stores are its RoundStoreChooser's.
+  RoundStores stores(*this, kOneRoundAllgather, bytes, all && size_ > 1 && bytes <= chunk);
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
@@ -50,6 +52,7 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
         }
       }
     }
+    stores.done();
     releaseBuffer(b);
     if (bytes == 0) {
       break;

@@ -26,6 +26,8 @@ void ShmComm::reduceScatterBody(const OpContext& ctx, const void* const* ins, vo
   const size_t part = partBytes / es;
   TD_CHECK(part > 0, "tunedist: reduce_scatter: slot too small for ", size_, " ranks");
   std::vector<const void*> srcs(static_cast<size_t>(size_));
+  // One round: its stores are its RoundStoreChooser's, by what we write into our slot.
+  RoundStores stores(*this, kOneRoundReduceScatter, count * es * size_t(size_ - 1), size_ > 1 && count <= part);
   for (size_t off = 0; off < count || off == 0; off += part) {
     const size_t n = std::min(part, count - off);
     int b = beginRound(ctx);
@@ -41,6 +43,7 @@ void ShmComm::reduceScatterBody(const OpContext& ctx, const void* const* ins, vo
                                    : static_cast<const void*>(slot(p, b) + size_t(rank_) * partBytes);
     }
     tunedist::shm::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), size_, n);
+    stores.done();
     releaseBuffer(b);
     if (count == 0) {
       break;

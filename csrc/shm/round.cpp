@@ -68,7 +68,7 @@ uint64_t ShmComm::publish(const OpContext& ctx) {
   return step_;
 }
 
-void ShmComm::waitAll(const OpContext& ctx, uint64_t step) {
+void ShmComm::waitUntilAll(const OpContext& ctx, uint64_t step) {
   auto allReady = [&] {
     for (int p = 0; p < size_; ++p) {
       if (!reached(p, step)) {
@@ -177,6 +177,30 @@ void ShmComm::acquireBuffer(const OpContext& ctx, int buffer) {
     descPending_ = false;
     waitAll(ctx, releaseStep_[buffer]);
     descPending_ = pending;
+  }
+}
+
+ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t bytes, bool active) : comm_(comm) {
+  if (!active || comm.options_.slotStores != SlotStores::kAuto) {
+    return;
+  }
+  const RoundStoreChooser::Plan plan = comm.roundChoosers_[family].next(bytes);
+  comm.roundStreaming_ = plan.streaming ? 1 : 0;
+  if (plan.timed) {
+    chooser_ = &comm.roundChoosers_[family];
+    bytes_ = bytes;
+    comm.timingWaits_ = true;
+    comm.waited_ = std::chrono::nanoseconds(0);
+    start_ = std::chrono::steady_clock::now();
+  }
+}
+
+void ShmComm::RoundStores::done() {
+  if (chooser_ != nullptr) {
+    const auto work = std::chrono::steady_clock::now() - start_ - comm_.waited_;
+    chooser_->record(double(std::chrono::duration_cast<std::chrono::nanoseconds>(work).count()) / double(bytes_));
+    chooser_ = nullptr;
+    comm_.timingWaits_ = false;
   }
 }
 

@@ -138,6 +138,9 @@ class CpuBackend : public c10d::Backend {
   // Bytes of shared memory this group reserves at its first collective (on one host; per host when it spans
   // several, once the group has run an operation).
   size_t reservedShmBytes() const;
+  // This host's shared-memory communicator once the group has run an operation (its host layout known), else null.
+  // For statistics, read between operations: after a synchronous call or a Work's wait().
+  const shm::ShmComm* hostComm() const;
   // The group's layout of hosts, found at its first operation (blocks until every rank has published its key).
   const shm::HostLayout& hostLayout(std::chrono::steady_clock::time_point deadline);
   // Bytes and operations this rank handed to gloo; all zero on one host.

@@ -99,6 +99,10 @@ size_t CpuBackend::reservedShmBytes() const {
   return shm::SegmentGeometry(size_, options_.shm.slotBytes).totalBytes;
 }
 
+const shm::ShmComm* CpuBackend::hostComm() const {
+  return layoutReady_.load(std::memory_order_acquire) ? &engine_->hostComm() : nullptr;
+}
+
 int CpuBackend::enginePeer(int peer, const char* op) {
   const auto& layout = hostLayout(std::chrono::steady_clock::now() + effectiveTimeout(c10d::kUnsetTimeout));
   if (peer < 0) {

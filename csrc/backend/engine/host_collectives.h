@@ -55,6 +55,8 @@ class HostCollectives {
   virtual void abort(const std::string& reason) = 0;
   // Bytes of shared memory this rank's host reserves for the group's collectives.
   virtual size_t reservedShmBytes() const = 0;
+  // The shared-memory communicator of this host's ranks, for its statistics (read between operations).
+  virtual const shm::ShmComm& hostComm() const = 0;
 };
 
 }  // namespace tunedist

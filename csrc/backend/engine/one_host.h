@@ -28,6 +28,7 @@ class OneHost final : public HostCollectives {
 
   void abort(const std::string& reason) override { comm_->abort(reason); }
   size_t reservedShmBytes() const override { return comm_->reservedBytes(); }
+  const shm::ShmComm& hostComm() const override { return *comm_; }
 
  private:
   std::unique_ptr<shm::ShmComm> comm_;

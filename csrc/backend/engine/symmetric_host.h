@@ -41,6 +41,7 @@ class SymmetricHost final : public HostCollectives {
 
   void abort(const std::string& reason) override { copying_.abort(reason); }
   size_t reservedShmBytes() const override { return copying_.reservedShmBytes(); }
+  const shm::ShmComm& hostComm() const override { return copying_.hostComm(); }
 
  private:
   // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation is large enough to gain.

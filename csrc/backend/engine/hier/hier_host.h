@@ -32,6 +32,7 @@ class HierHost final : public HostCollectives {
   // Fails this host's shared memory and the cross-host state (shared with the other hosts through the store).
   void abort(const std::string& reason) override;
   size_t reservedShmBytes() const override { return comm_->reservedBytes(); }
+  const shm::ShmComm& hostComm() const override { return *comm_; }
 
  private:
   // Runs `algorithm` with the context of a cross-host algorithm, as one cross-host phase of ctx (runCrossHost).

@@ -1,0 +1,84 @@
+#include "shm/round_stores.h"
+
+#include <algorithm>
+
+namespace tunedist::shm {
+namespace {
+
+// Probe block b's mode: cached, streaming, streaming, cached.
+constexpr bool kBlockStreams[RoundStoreChooser::kProbeBlocks] = {false, true, true, false};
+
+// The median of n samples (n > 0): the mean of the middle two when n is even.
+double median(std::array<double, RoundStoreChooser::kSamplesPerMode> s, uint32_t n) {
+  n = std::min(n, RoundStoreChooser::kSamplesPerMode);
+  std::sort(s.begin(), s.begin() + n);
+  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+}  // namespace
+
+int RoundStoreChooser::classOf(size_t bytes) {
+  int cls = 0;
+  for (size_t b = kMinBytes * 2; b <= bytes && cls < kClasses - 1; b *= 2) {
+    ++cls;
+  }
+  return cls;
+}
+
+RoundStoreChooser::Plan RoundStoreChooser::next(size_t bytes) {
+  pendingClass_ = -1;
+  if (bytes < kMinBytes) {
+    return {};
+  }
+  const int cls = classOf(bytes);
+  Class& c = classes_[size_t(cls)];
+  const uint64_t op = c.ops++;
+  if (op >= c.windowStart + kWindowOps) {
+    finishWindow(c);
+  }
+  if (op < c.windowStart) {
+    return {c.streaming, false};
+  }
+  const uint64_t pos = op - c.windowStart;
+  const bool streaming = kBlockStreams[pos / kBlockOps];
+  const bool timed = pos % kBlockOps >= kSettleOps;
+  if (timed) {
+    pendingClass_ = cls;
+    pendingMode_ = streaming ? 1 : 0;
+  }
+  return {streaming, timed};
+}
+
+void RoundStoreChooser::record(double nsPerByte) {
+  if (pendingClass_ < 0) {
+    return;
+  }
+  Class& c = classes_[size_t(pendingClass_)];
+  uint32_t& n = c.count[size_t(pendingMode_)];
+  if (n < kSamplesPerMode) {
+    c.samples[size_t(pendingMode_)][n++] = nsPerByte;
+  }
+  pendingClass_ = -1;
+}
+
+void RoundStoreChooser::finishWindow(Class& c) {
+  // The next window's start depends on operation counts alone, never on the samples: it is the same on every rank.
+  c.windowStart += kWindowOps + c.gap;
+  c.gap = std::min(2 * c.gap, kMaxGap);
+  ++c.windows;
+  if (c.count[0] == 0 || c.count[1] == 0) {
+    c.count = {0, 0};
+    return;
+  }
+  const double cached = median(c.samples[0], c.count[0]);
+  const double streaming = median(c.samples[1], c.count[1]);
+  c.lastMedian = {cached, streaming};
+  c.count = {0, 0};
+  const double kept = c.streaming ? streaming : cached;
+  const double other = c.streaming ? cached : streaming;
+  if (other < kSwitchMargin * kept) {
+    c.streaming = !c.streaming;
+  }
+}
+
+}  // namespace tunedist::shm

@@ -1,0 +1,89 @@
+// RoundStoreChooser: slot stores for the operations of a single round in which every rank both writes its slot and
+// reads its peers' (a one-shot all_reduce, an all_gather or reduce_scatter of at most one slot), chosen from what
+// the whole operation costs rather than from the writer's copy alone.
+//
+// SlotStoreChooser (copy_in.h) times only the copy into our slot. What streaming stores also change is how the peers
+// read those bytes: from memory instead of out of our cache. In a broadcast that alone decided (s19/broadcast/), and
+// for the single-round operations the writer's copy was the wrong measure too: on 2 ranks of a Zen 4 VM, streaming
+// took 0.72-0.93 of the auto mode's time for a one-shot all_reduce of 32-128 KiB in one sitting
+// (docs/records/issue14/s19/tried.txt), 0.80-0.86 for reduce_scatter of 64-256 KiB in another
+// (docs/records/issue14/s20/), while in a third cached stores were as fast or 1.5x faster.
+//
+// So each rank times its own work in the operation (its copies and its reduction: the time outside waitAll, which
+// would add the peers' skew) per byte, in both modes, and keeps the faster. The probes are a fixed function of how
+// many operations of the size class came before, identical on every rank (every rank runs the same operations in
+// the same order: the descriptors check it), so in every probe all ranks write the same way and each rank's reads
+// see the mode it is timing. Only the mode kept between probes is the rank's own decision; ranks that decide
+// differently still compute the same bits (how the bytes got into a slot changes nothing for the reader but its
+// speed).
+//
+// Schedule per size class (powers of two from kMinBytes; the last class takes everything larger): kWarmOps cached
+// operations (the slots' pages fault in), then a probe window of kProbeBlocks blocks of kBlockOps operations
+// (cached, streaming, streaming, cached: a linear drift of the host hits both modes alike), the first kSettleOps of
+// each block untimed (each of the two slot buffers meets the new mode once: the first cached write after a
+// streaming one must take its lines back from the peer, s18). After the window the mode with the lower median cost
+// per byte is kept, unless it is the other one by less than kSwitchMargin (no flapping on noise). Windows start at
+// fixed operation counts: kFirstGap operations after the previous one, the gap doubling up to kMaxGap.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace tunedist::shm {
+
+class RoundStoreChooser {
+ public:
+  static constexpr size_t kMinBytes = size_t(8) << 10;
+  static constexpr int kClasses = 8;  // 8 KiB, 16 KiB, ..., 1 MiB and larger
+  static constexpr uint32_t kWarmOps = 4;
+  static constexpr uint32_t kBlockOps = 4;
+  static constexpr uint32_t kSettleOps = 2;
+  static constexpr uint32_t kProbeBlocks = 4;
+  static constexpr uint32_t kWindowOps = kBlockOps * kProbeBlocks;
+  static constexpr uint32_t kSamplesPerMode = (kBlockOps - kSettleOps) * kProbeBlocks / 2;
+  static constexpr uint64_t kFirstGap = 64;
+  static constexpr uint64_t kMaxGap = 1024;
+  static constexpr double kSwitchMargin = 0.95;
+
+  struct Plan {
+    bool streaming = false;
+    // After a timed plan the caller reports the operation's work per byte to record().
+    bool timed = false;
+  };
+
+  // How to write the slot in the next operation, whose rank writes `bytes` into its slot (operations under
+  // kMinBytes are cached and untimed, as SlotStoreChooser leaves them).
+  Plan next(size_t bytes);
+  // The work of the operation that the last next() timed, in ns per byte. A missing report (the operation failed)
+  // only leaves its window with a sample less.
+  void record(double nsPerByte);
+
+  static int classOf(size_t bytes);
+  bool streaming(int cls) const { return classes_[size_t(cls)].streaming; }
+  // The medians of the last finished window of `cls`, cached and streaming (0 before the first).
+  double lastCachedNsPerByte(int cls) const { return classes_[size_t(cls)].lastMedian[0]; }
+  double lastStreamingNsPerByte(int cls) const { return classes_[size_t(cls)].lastMedian[1]; }
+  uint32_t windows(int cls) const { return classes_[size_t(cls)].windows; }
+
+ private:
+  struct Class {
+    uint64_t ops = 0;
+    uint64_t windowStart = kWarmOps;
+    uint64_t gap = kFirstGap;
+    bool streaming = false;
+    uint32_t windows = 0;
+    // Samples of the window in progress, [0] cached and [1] streaming.
+    std::array<std::array<double, kSamplesPerMode>, 2> samples{};
+    std::array<uint32_t, 2> count{};
+    std::array<double, 2> lastMedian{};
+  };
+  void finishWindow(Class& c);
+
+  std::array<Class, kClasses> classes_{};
+  // The class and mode of the operation that the last next() timed; -1 when it timed none.
+  int pendingClass_ = -1;
+  int pendingMode_ = 0;
+};
+
+}  // namespace tunedist::shm

@@ -1,0 +1,252 @@
+// RoundStoreChooser, the slot stores of single-round operations, driven with chosen costs: its probe schedule is the
+// same whatever the costs (so every rank probes on the same operations), the faster mode is kept unless within the
+// margin, one outlier does not decide, a window without samples of both modes changes nothing, size classes are
+// apart. Then real groups: each family's chooser times real operations, results stay exact whichever stores each
+// rank ends up with.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "shm/round_stores.h"
+#include "shm_test_util.h"
+
+namespace tunedist::test {
+namespace {
+
+using shm::RoundStoreChooser;
+using Plan = RoundStoreChooser::Plan;
+constexpr size_t k16K = size_t(16) << 10;
+
+// Runs `ops` operations of `bytes`, recording `cost(streaming)` after each timed one; returns the plans.
+template <typename Cost>
+std::vector<Plan> drive(RoundStoreChooser& c, size_t bytes, uint64_t ops, Cost cost) {
+  std::vector<Plan> plans;
+  for (uint64_t i = 0; i < ops; ++i) {
+    const Plan p = c.next(bytes);
+    plans.push_back(p);
+    if (p.timed) {
+      c.record(cost(p.streaming));
+    }
+  }
+  return plans;
+}
+
+// Operations up to and including the end of window w (0-based), and the first operation after it.
+uint64_t windowEnd(uint32_t w) {
+  uint64_t start = RoundStoreChooser::kWarmOps;
+  uint64_t gap = RoundStoreChooser::kFirstGap;
+  for (uint32_t i = 0; i < w; ++i) {
+    start += RoundStoreChooser::kWindowOps + gap;
+    gap = std::min(2 * gap, RoundStoreChooser::kMaxGap);
+  }
+  return start + RoundStoreChooser::kWindowOps;
+}
+
+}  // namespace
+
+TEST_CASE("round stores: size classes are powers of two from 8 KiB, the last one open-ended", "[round_stores]") {
+  CHECK(RoundStoreChooser::classOf(RoundStoreChooser::kMinBytes) == 0);
+  CHECK(RoundStoreChooser::classOf(k16K - 1) == 0);
+  CHECK(RoundStoreChooser::classOf(k16K) == 1);
+  CHECK(RoundStoreChooser::classOf((size_t(1) << 20) - 1) == 6);
+  CHECK(RoundStoreChooser::classOf(size_t(1) << 20) == 7);
+  CHECK(RoundStoreChooser::classOf(size_t(1) << 30) == RoundStoreChooser::kClasses - 1);
+}
+
+TEST_CASE("round stores: small operations are cached and never timed", "[round_stores]") {
+  RoundStoreChooser c;
+  for (int i = 0; i < 500; ++i) {
+    const Plan p = c.next(RoundStoreChooser::kMinBytes - 1);
+    CHECK_FALSE(p.streaming);
+    CHECK_FALSE(p.timed);
+  }
+  for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
+    CHECK(c.windows(cls) == 0);
+  }
+}
+
+TEST_CASE("round stores: the probe schedule is the same whatever the costs", "[round_stores]") {
+  // Two ranks whose measurements disagree completely still probe on the same operations, in the same modes.
+  RoundStoreChooser cheapStreaming, cheapCached;
+  const uint64_t ops = windowEnd(6) + 10;
+  const auto a = drive(cheapStreaming, k16K, ops, [](bool s) { return s ? 1.0 : 3.0; });
+  const auto b = drive(cheapCached, k16K, ops, [](bool s) { return s ? 3.0 : 1.0; });
+  uint64_t timed = 0;
+  for (uint64_t i = 0; i < ops; ++i) {
+    INFO("operation " << i);
+    REQUIRE(a[i].timed == b[i].timed);
+    if (a[i].timed) {
+      ++timed;
+      CHECK(a[i].streaming == b[i].streaming);
+    }
+  }
+  CHECK(timed == 7 * 2 * RoundStoreChooser::kSamplesPerMode);
+  // The warm-up is cached and untimed; the first window is cached, streaming, streaming, cached blocks, each
+  // timed after its settling operations.
+  for (uint64_t i = 0; i < RoundStoreChooser::kWarmOps; ++i) {
+    CHECK_FALSE(a[i].streaming);
+    CHECK_FALSE(a[i].timed);
+  }
+  const bool blockStreams[] = {false, true, true, false};
+  for (uint64_t pos = 0; pos < RoundStoreChooser::kWindowOps; ++pos) {
+    INFO("window position " << pos);
+    const Plan& p = a[RoundStoreChooser::kWarmOps + pos];
+    CHECK(p.streaming == blockStreams[pos / RoundStoreChooser::kBlockOps]);
+    CHECK(p.timed == (pos % RoundStoreChooser::kBlockOps >= RoundStoreChooser::kSettleOps));
+  }
+  // Between windows each keeps what it measured as faster.
+  CHECK(cheapStreaming.streaming(1));
+  CHECK_FALSE(cheapCached.streaming(1));
+  CHECK(cheapStreaming.windows(1) == 7);
+  for (uint64_t i = windowEnd(0); i < windowEnd(0) + RoundStoreChooser::kFirstGap; ++i) {
+    CHECK(a[i].streaming);
+    CHECK_FALSE(b[i].streaming);
+    CHECK_FALSE(a[i].timed);
+  }
+  // The gap doubles up to kMaxGap: windows get rarer, never stop.
+  CHECK(windowEnd(6) - windowEnd(5) == RoundStoreChooser::kWindowOps + RoundStoreChooser::kMaxGap);
+}
+
+TEST_CASE("round stores: switching needs the other mode faster by the margin, and goes back", "[round_stores]") {
+  RoundStoreChooser c;
+  // Streaming 3% cheaper: within the margin, stays cached.
+  drive(c, k16K, windowEnd(0) + 1, [](bool s) { return s ? 0.97 : 1.0; });
+  CHECK_FALSE(c.streaming(1));
+  CHECK(c.lastCachedNsPerByte(1) == Approx(1.0));
+  CHECK(c.lastStreamingNsPerByte(1) == Approx(0.97));
+  // 10% cheaper: streams.
+  drive(c, k16K, windowEnd(1) - windowEnd(0), [](bool s) { return s ? 0.9 : 1.0; });
+  CHECK(c.streaming(1));
+  // The host changes: cached 3% cheaper keeps streaming, 20% cheaper goes back.
+  drive(c, k16K, windowEnd(2) - windowEnd(1), [](bool s) { return s ? 1.0 : 0.97; });
+  CHECK(c.streaming(1));
+  drive(c, k16K, windowEnd(3) - windowEnd(2), [](bool s) { return s ? 1.0 : 0.8; });
+  CHECK_FALSE(c.streaming(1));
+  // Nothing leaked into the other classes.
+  for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
+    if (cls != 1) {
+      CHECK(c.windows(cls) == 0);
+      CHECK_FALSE(c.streaming(cls));
+    }
+  }
+}
+
+TEST_CASE("round stores: the median decides, not one stretched operation", "[round_stores]") {
+  RoundStoreChooser c;
+  int cachedSeen = 0;
+  // One cached sample hit by an interrupt (100x); the others say cached is the faster.
+  drive(c, k16K, windowEnd(0) + 1, [&](bool s) { return s ? 1.0 : (cachedSeen++ == 1 ? 100.0 : 0.5); });
+  CHECK_FALSE(c.streaming(1));
+  CHECK(c.lastCachedNsPerByte(1) == Approx(0.5));
+}
+
+TEST_CASE("round stores: a window missing a mode's samples (failed operations) changes nothing", "[round_stores]") {
+  RoundStoreChooser c;
+  for (uint64_t i = 0; i < windowEnd(0); ++i) {
+    const Plan p = c.next(k16K);
+    if (p.timed && !p.streaming) {
+      c.record(10.0);  // streaming operations never report: they all failed
+    }
+  }
+  // A report with nothing pending is ignored.
+  c.record(0.001);
+  const Plan after = c.next(k16K);
+  CHECK_FALSE(after.streaming);
+  CHECK_FALSE(after.timed);
+  CHECK(c.windows(1) == 1);
+  CHECK(c.lastCachedNsPerByte(1) == 0);
+  // The next window decides normally.
+  drive(c, k16K, windowEnd(1) - windowEnd(0), [](bool s) { return s ? 1.0 : 10.0; });
+  CHECK(c.streaming(1));
+}
+
+TEST_CASE("round stores: real groups time their single-round operations and stay exact", "[round_stores][shm]") {
+  const int size = GENERATE(2, 3);
+  // Ranks forced to a mode use no chooser; the auto ranks' chooser probes with them on the same operations.
+  const bool mixed = GENERATE(false, true);
+  INFO("world size " << size << (mixed ? ", rank 1 forced to streaming" : ""));
+  ShmLeakCheck leaks;
+  ShmOptions base;
+  base.slotBytes = size_t(64) << 10;
+  base.oneShotMaxBytes = size_t(64) << 10;
+  base.spinIters = kTestSpinIters;
+  const size_t bytes = k16K;
+  const size_t count = bytes / sizeof(float);
+  // Enough operations of each family for two windows.
+  const int ops = int(windowEnd(1)) + 1;
+  auto rendezvous = std::make_shared<MemRendezvous>();
+  rethrowFailures(spawn(size, [&](int r) {
+    ShmOptions o = base;
+    if (mixed && r == 1) {
+      o.slotStores = shm::SlotStores::kStreaming;
+    }
+    Peer p(rendezvous, r, size, o);
+    abortingOnThrow({&p.comm}, [&] {
+      std::vector<float> in(count * size_t(size)), out(count * size_t(size));
+      std::vector<const void*> ins(static_cast<size_t>(size));
+      std::vector<void*> outs(static_cast<size_t>(size));
+      // reduce_scatter with blocks that make each rank write `bytes` into its slot.
+      const size_t rsCount = count / size_t(size - 1);
+      for (int i = 0; i < ops; ++i) {
+        // Every element is small integers, so every sum is exact; they change with i, so stale slots would show.
+        for (size_t e = 0; e < in.size(); ++e) {
+          in[e] = float((size_t(r) * 7 + e + size_t(i)) % 13);
+        }
+        auto want = [&](size_t e) {
+          double sum = 0;
+          for (int q = 0; q < size; ++q) {
+            sum += double((size_t(q) * 7 + e + size_t(i)) % 13);
+          }
+          return sum;
+        };
+        p.comm.allreduce(p.op("all_reduce"), in.data(), out.data(), count, floatSum());
+        for (size_t e = 0; e < count; ++e) {
+          if (out[e] != want(e)) {
+            failAt(detail::str("all_reduce op ", i), r, e, out[e], want(e));
+          }
+        }
+        for (int q = 0; q < size; ++q) {
+          outs[size_t(q)] = out.data() + size_t(q) * count;
+        }
+        p.comm.allgather(p.op("all_gather"), in.data(), bytes, outs.data());
+        for (int q = 0; q < size; ++q) {
+          for (size_t e = 0; e < count; ++e) {
+            const float w = float((size_t(q) * 7 + e + size_t(i)) % 13);
+            if (out[size_t(q) * count + e] != w) {
+              failAt(detail::str("all_gather op ", i, " block ", q), r, e, out[size_t(q) * count + e], w);
+            }
+          }
+        }
+        for (int q = 0; q < size; ++q) {
+          ins[size_t(q)] = in.data() + size_t(q) * rsCount;
+        }
+        p.comm.reduceScatter(p.op("reduce_scatter"), ins.data(), out.data(), rsCount, floatSum());
+        for (size_t e = 0; e < rsCount; ++e) {
+          const double w = want(size_t(r) * rsCount + e);
+          if (out[e] != w) {
+            failAt(detail::str("reduce_scatter op ", i), r, e, out[e], w);
+          }
+        }
+      }
+      // The auto ranks timed real operations in both modes of every family: two windows each, with their medians.
+      if (o.slotStores == shm::SlotStores::kAuto) {
+        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter}) {
+          const RoundStoreChooser& c = p.comm.roundStoreChooser(family);
+          const int cls = RoundStoreChooser::classOf(family == ShmComm::kOneRoundReduceScatter
+                                                         ? rsCount * sizeof(float) * size_t(size - 1)
+                                                         : bytes);
+          if (c.windows(cls) != 2 || !(c.lastCachedNsPerByte(cls) > 0) || !(c.lastStreamingNsPerByte(cls) > 0)) {
+            failCheck("family ", int(family), " class ", cls, ": ", c.windows(cls), " windows, medians ",
+                      c.lastCachedNsPerByte(cls), " / ", c.lastStreamingNsPerByte(cls), " ns per byte");
+          }
+        }
+      } else if (p.comm.roundStoreChooser(ShmComm::kOneShotAllreduce).windows(1) != 0) {
+        failCheck("a rank forced to streaming ran the chooser");
+      }
+    });
+  }));
+  CHECK(leaks.report() == "");
+}
+
+}  // namespace tunedist::test
