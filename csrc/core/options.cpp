@@ -27,9 +27,12 @@ ShmOptions ShmOptions::fromEnv() {
     o.broadcastStreamBelowBytes = size_t(*v);
   }
   if (auto v = envString("TUNEDIST_SLOT_STORES")) {
-    TD_CHECK(*v == "auto" || *v == "cached" || *v == "streaming",
-             "tunedist: TUNEDIST_SLOT_STORES must be auto, cached or streaming, got '", *v, "'");
-    o.slotStores = *v == "auto" ? SlotStores::kAuto : *v == "cached" ? SlotStores::kCached : SlotStores::kStreaming;
+    TD_CHECK(*v == "auto" || *v == "cached" || *v == "streaming" || *v == "per-copy",
+             "tunedist: TUNEDIST_SLOT_STORES must be auto, cached, streaming or per-copy, got '", *v, "'");
+    o.slotStores = *v == "auto"        ? SlotStores::kAuto
+                   : *v == "cached"    ? SlotStores::kCached
+                   : *v == "streaming" ? SlotStores::kStreaming
+                                       : SlotStores::kAutoPerCopy;
   }
   if (auto v = envNonNegativeInt("TUNEDIST_SPIN_ITERS")) {
     o.spinIters = int(*v);

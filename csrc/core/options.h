@@ -12,7 +12,9 @@
 namespace tunedist::shm {
 
 // How a rank copies into its own slot (shm/copy_in.h): chosen at run time from the measured cost, or forced.
-enum class SlotStores { kAuto, kCached, kStreaming };
+// kAutoPerCopy chooses for every operation from the cost of the copy alone, as kAuto did before single-round
+// operations timed the whole operation (shm/round_stores.h): kept to compare the two in one job.
+enum class SlotStores { kAuto, kCached, kStreaming, kAutoPerCopy };
 
 struct ShmOptions {
   static constexpr size_t kDefaultSlotBytes = size_t(1) << 20;

@@ -244,7 +244,10 @@ PYBIND11_MODULE(_C, m) {
         using tunedist::shm::ShmComm;
         using tunedist::shm::SlotStores;
         const SlotStores mode = comm->options().slotStores;
-        d["mode"] = mode == SlotStores::kAuto ? "auto" : mode == SlotStores::kCached ? "cached" : "streaming";
+        d["mode"] = mode == SlotStores::kAuto        ? "auto"
+                    : mode == SlotStores::kCached    ? "cached"
+                    : mode == SlotStores::kStreaming ? "streaming"
+                                                     : "per-copy";
         const auto& copyIn = comm->slotCopyIn();
         py::dict other;
         other["streaming"] = copyIn.streaming();

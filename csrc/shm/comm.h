@@ -140,7 +140,7 @@ class ShmComm {
 
   // The single-round operations whose slot stores a RoundStoreChooser of their own picks (shm/round_stores.h):
   // a one-shot all_reduce, and an all_gather or reduce_scatter that fits one slot.
-  enum RoundFamily { kOneShotAllreduce, kOneRoundAllgather, kOneRoundReduceScatter, kRoundFamilies };
+  enum RoundFamily { kOneShotAllreduce, kOneRoundAllgather, kOneRoundReduceScatter };
   const RoundStoreChooser& roundStoreChooser(RoundFamily family) const { return roundChoosers_[family]; }
   // The copy into our slot of every other operation (its SlotStoreChooser).
   const SlotCopyIn& slotCopyIn() const { return slotCopy_; }
@@ -308,6 +308,7 @@ class ShmComm {
   const StallPoint stall_;
   SlotCopyIn slotCopy_{options_.slotStores};
   RoundStoreChooser roundChoosers_[kRoundFamilies];
+  static_assert(kOneRoundReduceScatter + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
   // While a RoundStores is in scope: its stores (0 cached, 1 streaming; -1: slotCopy_ decides), and while it times
   // the operation, the time spent in waitAll.
   int roundStreaming_ = -1;

@@ -60,7 +60,8 @@ void SlotCopyIn::copy(void* dst, const void* src, size_t bytes) {
   switch (mode_) {
     case SlotStores::kCached: copyBytesCached(dst, src, bytes); return;
     case SlotStores::kStreaming: copyBytes(dst, src, bytes); return;
-    case SlotStores::kAuto: break;
+    case SlotStores::kAuto:
+    case SlotStores::kAutoPerCopy: break;
   }
   switch (chooser_.next(bytes)) {
     case SlotStoreChooser::Next::kCachedUntimed: copyBytesCached(dst, src, bytes); return;

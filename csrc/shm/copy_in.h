@@ -19,6 +19,10 @@
 // next kProbeCopies are timed cached ones: if the last kProbeCounted of them average below kCachedBelowNsPerLine,
 // copies are cached again. A rank decides for its own slot alone: how the bytes got there changes nothing for the
 // reader but its speed.
+//
+// The operations of a single round in which every rank writes and reads (one-shot all_reduce, all_gather and
+// reduce_scatter within a slot) choose instead from the whole operation's cost (shm/round_stores.h); this chooser
+// serves the rest (two-shot all_reduce, multi-round operations, gather, scatter, all_to_all, a broadcast from 512 KiB).
 #pragma once
 
 #include <cstddef>
@@ -78,7 +82,8 @@ class SlotCopyIn {
 
   // Whether copies of at least SlotStoreChooser::kTimedMinBytes currently stream.
   bool streaming() const {
-    return mode_ == SlotStores::kStreaming || (mode_ == SlotStores::kAuto && chooser_.streaming());
+    return mode_ == SlotStores::kStreaming ||
+           ((mode_ == SlotStores::kAuto || mode_ == SlotStores::kAutoPerCopy) && chooser_.streaming());
   }
   const SlotStoreChooser& chooser() const { return chooser_; }
 

@@ -184,7 +184,32 @@ ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t byte
   if (!active || comm.options_.slotStores != SlotStores::kAuto) {
     return;
   }
-  const RoundStoreChooser::Plan plan = comm.roundChoosers_[family].next(bytes);
+  RoundStoreChooser& chooser = comm.roundChoosers_[family];
+  const int cls = RoundStoreChooser::classOf(bytes);
+  if (bytes >= RoundStoreChooser::kMinBytes && chooser.verdictDue(cls)) {
+    // Every rank that closed the window with us published its medians before the step we have since waited for.
+    double cached = 0;
+    double streaming = 0;
+    for (int p = 0; p < comm.size_; ++p) {
+      const RoundVerdict& v = comm.ctl(p).verdicts[family][cls];
+      const float c = v.cachedNsPerByte.load(std::memory_order_relaxed);
+      const float s = v.streamingNsPerByte.load(std::memory_order_relaxed);
+      // A rank with forced stores, or one that missed a mode's samples, shares nothing for this window.
+      if (v.window.load(std::memory_order_relaxed) == chooser.windows(cls) && c > 0 && s > 0) {
+        cached += c;
+        streaming += s;
+      }
+    }
+    chooser.decide(cls, cached, streaming);
+  }
+  const RoundStoreChooser::Plan plan = chooser.next(bytes);
+  if (plan.windowClosed) {
+    // Published by this operation's first step (release); read by the peers at their next operation of the class.
+    RoundVerdict& mine = comm.ctl(comm.rank_).verdicts[family][cls];
+    mine.cachedNsPerByte.store(float(chooser.lastCachedNsPerByte(cls)), std::memory_order_relaxed);
+    mine.streamingNsPerByte.store(float(chooser.lastStreamingNsPerByte(cls)), std::memory_order_relaxed);
+    mine.window.store(chooser.windows(cls), std::memory_order_relaxed);
+  }
   comm.roundStreaming_ = plan.streaming ? 1 : 0;
   if (plan.timed) {
     chooser_ = &comm.roundChoosers_[family];

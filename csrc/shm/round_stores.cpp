@@ -32,12 +32,16 @@ RoundStoreChooser::Plan RoundStoreChooser::next(size_t bytes) {
   }
   const int cls = classOf(bytes);
   Class& c = classes_[size_t(cls)];
+  if (c.verdictDue) {
+    decide(c, c.lastMedian[0], c.lastMedian[1]);
+  }
   const uint64_t op = c.ops++;
   if (op >= c.windowStart + kWindowOps) {
-    finishWindow(c);
+    closeWindow(c);
+    return {c.streaming, false, true};
   }
   if (op < c.windowStart) {
-    return {c.streaming, false};
+    return {c.streaming, false, false};
   }
   const uint64_t pos = op - c.windowStart;
   const bool streaming = kBlockStreams[pos / kBlockOps];
@@ -46,7 +50,7 @@ RoundStoreChooser::Plan RoundStoreChooser::next(size_t bytes) {
     pendingClass_ = cls;
     pendingMode_ = streaming ? 1 : 0;
   }
-  return {streaming, timed};
+  return {streaming, timed, false};
 }
 
 void RoundStoreChooser::record(double nsPerByte) {
@@ -61,21 +65,28 @@ void RoundStoreChooser::record(double nsPerByte) {
   pendingClass_ = -1;
 }
 
-void RoundStoreChooser::finishWindow(Class& c) {
+void RoundStoreChooser::closeWindow(Class& c) {
   // The next window's start depends on operation counts alone, never on the samples: it is the same on every rank.
   c.windowStart += kWindowOps + c.gap;
   c.gap = std::min(2 * c.gap, kMaxGap);
   ++c.windows;
-  if (c.count[0] == 0 || c.count[1] == 0) {
-    c.count = {0, 0};
+  c.lastMedian = {c.count[0] > 0 ? median(c.samples[0], c.count[0]) : 0.0,
+                  c.count[1] > 0 ? median(c.samples[1], c.count[1]) : 0.0};
+  c.count = {0, 0};
+  c.verdictDue = true;
+}
+
+void RoundStoreChooser::decide(int cls, double cachedNsPerByte, double streamingNsPerByte) {
+  decide(classes_[size_t(cls)], cachedNsPerByte, streamingNsPerByte);
+}
+
+void RoundStoreChooser::decide(Class& c, double cachedNsPerByte, double streamingNsPerByte) {
+  c.verdictDue = false;
+  if (!(cachedNsPerByte > 0) || !(streamingNsPerByte > 0)) {
     return;
   }
-  const double cached = median(c.samples[0], c.count[0]);
-  const double streaming = median(c.samples[1], c.count[1]);
-  c.lastMedian = {cached, streaming};
-  c.count = {0, 0};
-  const double kept = c.streaming ? streaming : cached;
-  const double other = c.streaming ? cached : streaming;
+  const double kept = c.streaming ? streamingNsPerByte : cachedNsPerByte;
+  const double other = c.streaming ? cachedNsPerByte : streamingNsPerByte;
   if (other < kSwitchMargin * kept) {
     c.streaming = !c.streaming;
   }

@@ -10,32 +10,36 @@
 // (docs/records/issue14/s20/), while in a third cached stores were as fast or 1.5x faster.
 //
 // So each rank times its own work in the operation (its copies and its reduction: the time outside waitAll, which
-// would add the peers' skew) per byte, in both modes, and keeps the faster. The probes are a fixed function of how
-// many operations of the size class came before, identical on every rank (every rank runs the same operations in
-// the same order: the descriptors check it), so in every probe all ranks write the same way and each rank's reads
-// see the mode it is timing. Only the mode kept between probes is the rank's own decision; ranks that decide
-// differently still compute the same bits (how the bytes got into a slot changes nothing for the reader but its
-// speed).
+// would add the peers' skew) per byte, in both modes. The probes are a fixed function of how many operations of the
+// size class came before, identical on every rank (every rank runs the same operations in the same order: the
+// descriptors check it), so in every probe all ranks write the same way and each rank's reads see the mode it is
+// timing. When a window closes, each rank publishes its medians (RoundVerdict in its RankCtl), and at the next
+// operation of the class every rank decides from the sums over ranks: the same inputs, so the same mode on every
+// rank, the configuration the probes measured. (Were ranks to decide differently, they would still compute the same
+// bits: how the bytes got into a slot changes nothing for the reader but its speed.)
 //
 // Schedule per size class (powers of two from kMinBytes; the last class takes everything larger): kWarmOps cached
 // operations (the slots' pages fault in), then a probe window of kProbeBlocks blocks of kBlockOps operations
 // (cached, streaming, streaming, cached: a linear drift of the host hits both modes alike), the first kSettleOps of
 // each block untimed (each of the two slot buffers meets the new mode once: the first cached write after a
-// streaming one must take its lines back from the peer, s18). After the window the mode with the lower median cost
-// per byte is kept, unless it is the other one by less than kSwitchMargin (no flapping on noise). Windows start at
-// fixed operation counts: kFirstGap operations after the previous one, the gap doubling up to kMaxGap.
+// streaming one must take its lines back from the peer, s18). The operation after the window closes it; the one
+// after that decides: the mode with the lower summed median cost per byte is kept, unless it is the other one by
+// less than kSwitchMargin (no flapping on noise). Windows start at fixed operation counts: kFirstGap operations
+// after the previous one, the gap doubling up to kMaxGap.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 
+#include "shm/layout.h"
+
 namespace tunedist::shm {
 
 class RoundStoreChooser {
  public:
   static constexpr size_t kMinBytes = size_t(8) << 10;
-  static constexpr int kClasses = 8;  // 8 KiB, 16 KiB, ..., 1 MiB and larger
+  static constexpr int kClasses = kRoundSizeClasses;  // 8 KiB, 16 KiB, ..., 1 MiB and larger
   static constexpr uint32_t kWarmOps = 4;
   static constexpr uint32_t kBlockOps = 4;
   static constexpr uint32_t kSettleOps = 2;
@@ -50,18 +54,26 @@ class RoundStoreChooser {
     bool streaming = false;
     // After a timed plan the caller reports the operation's work per byte to record().
     bool timed = false;
+    // This operation closed a window: the caller shares lastCachedNsPerByte / lastStreamingNsPerByte of its class.
+    bool windowClosed = false;
   };
 
   // How to write the slot in the next operation, whose rank writes `bytes` into its slot (operations under
-  // kMinBytes are cached and untimed, as SlotStoreChooser leaves them).
+  // kMinBytes are cached and untimed, as SlotStoreChooser leaves them). A verdict still due in the class (see
+  // decide()) is taken from this rank's medians alone.
   Plan next(size_t bytes);
+  // Whether the class's last window closed at an earlier operation and waits for decide(): call it before next()
+  // with the medians summed over the ranks that shared theirs. A sum of 0 (nobody measured both) changes nothing.
+  bool verdictDue(int cls) const { return classes_[size_t(cls)].verdictDue; }
+  void decide(int cls, double cachedNsPerByte, double streamingNsPerByte);
   // The work of the operation that the last next() timed, in ns per byte. A missing report (the operation failed)
   // only leaves its window with a sample less.
   void record(double nsPerByte);
 
   static int classOf(size_t bytes);
   bool streaming(int cls) const { return classes_[size_t(cls)].streaming; }
-  // The medians of the last finished window of `cls`, cached and streaming (0 before the first).
+  // This rank's medians in the last closed window of `cls`, cached and streaming (0 before the first, or without
+  // a sample of that mode).
   double lastCachedNsPerByte(int cls) const { return classes_[size_t(cls)].lastMedian[0]; }
   double lastStreamingNsPerByte(int cls) const { return classes_[size_t(cls)].lastMedian[1]; }
   uint32_t windows(int cls) const { return classes_[size_t(cls)].windows; }
@@ -73,12 +85,14 @@ class RoundStoreChooser {
     uint64_t gap = kFirstGap;
     bool streaming = false;
     uint32_t windows = 0;
+    bool verdictDue = false;
     // Samples of the window in progress, [0] cached and [1] streaming.
     std::array<std::array<double, kSamplesPerMode>, 2> samples{};
     std::array<uint32_t, 2> count{};
     std::array<double, 2> lastMedian{};
   };
-  void finishWindow(Class& c);
+  void closeWindow(Class& c);
+  void decide(Class& c, double cachedNsPerByte, double streamingNsPerByte);
 
   std::array<Class, kClasses> classes_{};
   // The class and mode of the operation that the last next() timed; -1 when it timed none.

@@ -54,7 +54,8 @@ void probe(SlotStoreChooser& c, std::initializer_list<double> costs) {
 }  // namespace
 
 TEST_CASE("every slot store mode copies exactly the bytes asked for", "[copy_in]") {
-  const SlotStores mode = GENERATE(SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming);
+  const SlotStores mode = GENERATE(SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming,
+                                   SlotStores::kAutoPerCopy);
   const bool readersOnly = GENERATE(false, true);  // copyStreamingUnlessForced (a broadcast root's copy)
   SlotCopyIn copier(mode);
   for (size_t bytes : {size_t(0), size_t(1), size_t(63), kBig - 1, kBig, size_t(65537), size_t(1) << 20}) {
@@ -183,6 +184,10 @@ TEST_CASE("TUNEDIST_SLOT_STORES forces the slot stores, and a bad value names th
   {
     ScopedEnv env("TUNEDIST_SLOT_STORES", "auto");
     CHECK(shm::ShmOptions::fromEnv().slotStores == SlotStores::kAuto);
+  }
+  {
+    ScopedEnv env("TUNEDIST_SLOT_STORES", "per-copy");
+    CHECK(shm::ShmOptions::fromEnv().slotStores == SlotStores::kAutoPerCopy);
   }
   ScopedEnv env("TUNEDIST_SLOT_STORES", "fast");
   CHECK_THROWS_WITH(shm::ShmOptions::fromEnv(), Catch::Contains("TUNEDIST_SLOT_STORES") && Catch::Contains("fast"));

@@ -1,8 +1,9 @@
 // RoundStoreChooser, the slot stores of single-round operations, driven with chosen costs: its probe schedule is the
-// same whatever the costs (so every rank probes on the same operations), the faster mode is kept unless within the
-// margin, one outlier does not decide, a window without samples of both modes changes nothing, size classes are
-// apart. Then real groups: each family's chooser times real operations, results stay exact whichever stores each
-// rank ends up with.
+// same whatever the costs (so every rank probes on the same operations), a window closes one operation after its
+// last probe and is decided at the next (from the group's sums when given, else from this rank's medians), the
+// faster mode is kept unless within the margin, one outlier does not decide, a window without samples of both modes
+// changes nothing, size classes are apart. Then real groups: each family's chooser times real operations, every auto
+// rank ends with the same picks, results stay exact whichever stores each rank ends up with.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -32,7 +33,7 @@ std::vector<Plan> drive(RoundStoreChooser& c, size_t bytes, uint64_t ops, Cost c
   return plans;
 }
 
-// Operations up to and including the end of window w (0-based), and the first operation after it.
+// The operation that closes window w (0-based): the first after its probes.
 uint64_t windowEnd(uint32_t w) {
   uint64_t start = RoundStoreChooser::kWarmOps;
   uint64_t gap = RoundStoreChooser::kFirstGap;
@@ -95,11 +96,18 @@ TEST_CASE("round stores: the probe schedule is the same whatever the costs", "[r
     CHECK(p.streaming == blockStreams[pos / RoundStoreChooser::kBlockOps]);
     CHECK(p.timed == (pos % RoundStoreChooser::kBlockOps >= RoundStoreChooser::kSettleOps));
   }
-  // Between windows each keeps what it measured as faster.
+  // The operation after the probes closes the window, still in the old mode; from the next one each keeps what it
+  // measured as faster.
   CHECK(cheapStreaming.streaming(1));
   CHECK_FALSE(cheapCached.streaming(1));
   CHECK(cheapStreaming.windows(1) == 7);
-  for (uint64_t i = windowEnd(0); i < windowEnd(0) + RoundStoreChooser::kFirstGap; ++i) {
+  for (uint64_t i = 0; i < ops; ++i) {
+    INFO("operation " << i);
+    CHECK(a[i].windowClosed == (i == windowEnd(0) || i == windowEnd(1) || i == windowEnd(2) || i == windowEnd(3) ||
+                                i == windowEnd(4) || i == windowEnd(5) || i == windowEnd(6)));
+  }
+  CHECK_FALSE(a[windowEnd(0)].streaming);
+  for (uint64_t i = windowEnd(0) + 1; i < windowEnd(0) + RoundStoreChooser::kFirstGap; ++i) {
     CHECK(a[i].streaming);
     CHECK_FALSE(b[i].streaming);
     CHECK_FALSE(a[i].timed);
@@ -110,18 +118,24 @@ TEST_CASE("round stores: the probe schedule is the same whatever the costs", "[r
 
 TEST_CASE("round stores: switching needs the other mode faster by the margin, and goes back", "[round_stores]") {
   RoundStoreChooser c;
+  uint64_t done = 0;
+  // Drives class 1 up to the operation after window w's close, where its verdict is taken.
+  auto throughWindow = [&](uint32_t w, double cached, double streaming) {
+    drive(c, k16K, windowEnd(w) + 2 - done, [&](bool s) { return s ? streaming : cached; });
+    done = windowEnd(w) + 2;
+  };
   // Streaming 3% cheaper: within the margin, stays cached.
-  drive(c, k16K, windowEnd(0) + 1, [](bool s) { return s ? 0.97 : 1.0; });
+  throughWindow(0, 1.0, 0.97);
   CHECK_FALSE(c.streaming(1));
   CHECK(c.lastCachedNsPerByte(1) == Approx(1.0));
   CHECK(c.lastStreamingNsPerByte(1) == Approx(0.97));
   // 10% cheaper: streams.
-  drive(c, k16K, windowEnd(1) - windowEnd(0), [](bool s) { return s ? 0.9 : 1.0; });
+  throughWindow(1, 1.0, 0.9);
   CHECK(c.streaming(1));
   // The host changes: cached 3% cheaper keeps streaming, 20% cheaper goes back.
-  drive(c, k16K, windowEnd(2) - windowEnd(1), [](bool s) { return s ? 1.0 : 0.97; });
+  throughWindow(2, 0.97, 1.0);
   CHECK(c.streaming(1));
-  drive(c, k16K, windowEnd(3) - windowEnd(2), [](bool s) { return s ? 1.0 : 0.8; });
+  throughWindow(3, 0.8, 1.0);
   CHECK_FALSE(c.streaming(1));
   // Nothing leaked into the other classes.
   for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
@@ -132,18 +146,42 @@ TEST_CASE("round stores: switching needs the other mode faster by the margin, an
   }
 }
 
+TEST_CASE("round stores: the group's summed medians decide over this rank's own", "[round_stores]") {
+  RoundStoreChooser c;
+  // This rank measured streaming twice as fast; the window closes at windowEnd(0).
+  drive(c, k16K, windowEnd(0) + 1, [](bool s) { return s ? 0.5 : 1.0; });
+  REQUIRE(c.windows(1) == 1);
+  REQUIRE(c.verdictDue(1));
+  CHECK_FALSE(c.streaming(1));
+  // Summed over the group (a peer that found streaming far dearer), cached wins: stays cached.
+  c.decide(1, 1.0 + 1.0, 0.5 + 3.0);
+  CHECK_FALSE(c.verdictDue(1));
+  CHECK_FALSE(c.next(k16K).streaming);
+  // Next window: the group agrees streaming is faster.
+  drive(c, k16K, windowEnd(1) - windowEnd(0) - 1, [](bool s) { return s ? 0.5 : 1.0; });
+  REQUIRE(c.verdictDue(1));
+  c.decide(1, 2.0, 1.0);
+  CHECK(c.streaming(1));
+  // Sums of 0 (no rank shared both modes) change nothing.
+  drive(c, k16K, windowEnd(2) - windowEnd(1), [](bool s) { return s ? 5.0 : 1.0; });
+  REQUIRE(c.verdictDue(1));
+  c.decide(1, 0, 0);
+  CHECK(c.streaming(1));
+  CHECK_FALSE(c.verdictDue(1));
+}
+
 TEST_CASE("round stores: the median decides, not one stretched operation", "[round_stores]") {
   RoundStoreChooser c;
   int cachedSeen = 0;
   // One cached sample hit by an interrupt (100x); the others say cached is the faster.
-  drive(c, k16K, windowEnd(0) + 1, [&](bool s) { return s ? 1.0 : (cachedSeen++ == 1 ? 100.0 : 0.5); });
+  drive(c, k16K, windowEnd(0) + 2, [&](bool s) { return s ? 1.0 : (cachedSeen++ == 1 ? 100.0 : 0.5); });
   CHECK_FALSE(c.streaming(1));
   CHECK(c.lastCachedNsPerByte(1) == Approx(0.5));
 }
 
 TEST_CASE("round stores: a window missing a mode's samples (failed operations) changes nothing", "[round_stores]") {
   RoundStoreChooser c;
-  for (uint64_t i = 0; i < windowEnd(0); ++i) {
+  for (uint64_t i = 0; i < windowEnd(0) + 1; ++i) {
     const Plan p = c.next(k16K);
     if (p.timed && !p.streaming) {
       c.record(10.0);  // streaming operations never report: they all failed
@@ -155,17 +193,20 @@ TEST_CASE("round stores: a window missing a mode's samples (failed operations) c
   CHECK_FALSE(after.streaming);
   CHECK_FALSE(after.timed);
   CHECK(c.windows(1) == 1);
-  CHECK(c.lastCachedNsPerByte(1) == 0);
+  CHECK(c.lastCachedNsPerByte(1) == Approx(10.0));
+  CHECK(c.lastStreamingNsPerByte(1) == 0);
   // The next window decides normally.
-  drive(c, k16K, windowEnd(1) - windowEnd(0), [](bool s) { return s ? 1.0 : 10.0; });
+  drive(c, k16K, windowEnd(1) + 2 - (windowEnd(0) + 2), [](bool s) { return s ? 1.0 : 10.0; });
   CHECK(c.streaming(1));
 }
 
 TEST_CASE("round stores: real groups time their single-round operations and stay exact", "[round_stores][shm]") {
   const int size = GENERATE(2, 3);
-  // Ranks forced to a mode use no chooser; the auto ranks' chooser probes with them on the same operations.
-  const bool mixed = GENERATE(false, true);
-  INFO("world size " << size << (mixed ? ", rank 1 forced to streaming" : ""));
+  // A rank forced to a mode, or choosing per copy, uses no round chooser; the auto ranks' choosers still probe on the
+  // same operations.
+  const shm::SlotStores rank1 = GENERATE(shm::SlotStores::kAuto, shm::SlotStores::kStreaming,
+                                         shm::SlotStores::kAutoPerCopy);
+  INFO("world size " << size << ", rank 1's slot stores " << int(rank1));
   ShmLeakCheck leaks;
   ShmOptions base;
   base.slotBytes = size_t(64) << 10;
@@ -173,13 +214,15 @@ TEST_CASE("round stores: real groups time their single-round operations and stay
   base.spinIters = kTestSpinIters;
   const size_t bytes = k16K;
   const size_t count = bytes / sizeof(float);
-  // Enough operations of each family for two windows.
-  const int ops = int(windowEnd(1)) + 1;
+  // Enough operations of each family for two windows, both decided.
+  const int ops = int(windowEnd(1)) + 2;
+  // Each auto rank's final picks, per family (class 1: 16 KiB written per rank): they must agree.
+  std::vector<std::vector<int>> picks(static_cast<size_t>(size));
   auto rendezvous = std::make_shared<MemRendezvous>();
   rethrowFailures(spawn(size, [&](int r) {
     ShmOptions o = base;
-    if (mixed && r == 1) {
-      o.slotStores = shm::SlotStores::kStreaming;
+    if (r == 1) {
+      o.slotStores = rank1;
     }
     Peer p(rendezvous, r, size, o);
     abortingOnThrow({&p.comm}, [&] {
@@ -240,12 +283,28 @@ TEST_CASE("round stores: real groups time their single-round operations and stay
             failCheck("family ", int(family), " class ", cls, ": ", c.windows(cls), " windows, medians ",
                       c.lastCachedNsPerByte(cls), " / ", c.lastStreamingNsPerByte(cls), " ns per byte");
           }
+          picks[size_t(r)].push_back(c.streaming(cls) ? 1 : 0);
         }
-      } else if (p.comm.roundStoreChooser(ShmComm::kOneShotAllreduce).windows(1) != 0) {
-        failCheck("a rank forced to streaming ran the chooser");
+      } else {
+        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter}) {
+          if (p.comm.roundStoreChooser(family).windows(1) != 0) {
+            failCheck("rank ", r, " with slot stores ", int(o.slotStores), " ran the round chooser of family ",
+                      int(family));
+          }
+        }
+        // Choosing per copy, it timed its copies into the slot instead.
+        if (o.slotStores == shm::SlotStores::kAutoPerCopy && p.comm.slotCopyIn().chooser().samples() == 0) {
+          failCheck("rank ", r, " chose per copy without timing a copy");
+        }
       }
     });
   }));
+  // The auto ranks decided every window together from the same sums over them: the same picks.
+  for (int r = 1; r < size; ++r) {
+    if (!picks[size_t(r)].empty()) {
+      CHECK(picks[size_t(r)] == picks[0]);
+    }
+  }
   CHECK(leaks.report() == "");
 }
 
