@@ -258,7 +258,8 @@ PYBIND11_MODULE(_C, m) {
         const std::pair<ShmComm::RoundFamily, const char*> families[] = {
             {ShmComm::kOneShotAllreduce, "all_reduce"},
             {ShmComm::kOneRoundAllgather, "all_gather"},
-            {ShmComm::kOneRoundReduceScatter, "reduce_scatter"}};
+            {ShmComm::kOneRoundReduceScatter, "reduce_scatter"},
+            {ShmComm::kOneRoundBroadcast, "broadcast"}};
         for (const auto& [family, name] : families) {
           const RoundStoreChooser& c = comm->roundStoreChooser(family);
           for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {

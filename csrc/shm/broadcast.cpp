@@ -8,7 +8,9 @@
 namespace tunedist::shm {
 
 // broadcast, per chunk of one slot:
-//   1. the root copies the chunk into its slot (a small broadcast with streaming stores: ShmOptions);
+//   1. the root copies the chunk into its slot (a broadcast of one slot and at least 8 KiB with the stores its
+//      RoundStoreChooser keeps, every rank's work counted: the root's copy in and the readers' copies out; a
+//      smaller one with streaming stores under ShmOptions::broadcastStreamBelowBytes);
 //   2. everyone publishes; everyone waits for all (the root's publish is the one that matters);
 //   3. the others copy the chunk out of the root's slot (plain stores while all readers together receive at
 //      most ShmOptions::broadcastCachedCopyMaxBytes).
@@ -22,13 +24,15 @@ void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root)
 void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root) {
   char* data = static_cast<char*>(buf);
   const size_t chunk = options_.slotBytes;
+  const bool chosen = size_ > 1 && bytes <= chunk && bytes >= RoundStoreChooser::kMinBytes;
+  RoundStores stores(*this, kOneRoundBroadcast, bytes, chosen);
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
     // With no peer (a group of one) nobody reads the slot; a small one is read from memory faster than from the
     // root's cache (ShmOptions::broadcastStreamBelowBytes).
     if (rank_ == root && size_ > 1) {
-      if (bytes < options_.broadcastStreamBelowBytes) {
+      if (!stores.active() && bytes < options_.broadcastStreamBelowBytes) {
         slotCopy_.copyStreamingUnlessForced(slot(root, b), data + off, n);
       } else {
         copyIntoSlot(slot(root, b), data + off, n);
@@ -39,6 +43,7 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
     if (rank_ != root) {
       copyOut(data + off, slot(root, b), n, bytes * size_t(size_ - 1), options_.broadcastCachedCopyMaxBytes);
     }
+    stores.done();
     releaseBuffer(b);
     if (bytes == 0) {
       break;

@@ -139,8 +139,8 @@ class ShmComm {
   const std::shared_ptr<SymmetricHeap>& heap() const { return heap_; }
 
   // The single-round operations whose slot stores a RoundStoreChooser of their own picks (shm/round_stores.h):
-  // a one-shot all_reduce, and an all_gather or reduce_scatter that fits one slot.
-  enum RoundFamily { kOneShotAllreduce, kOneRoundAllgather, kOneRoundReduceScatter };
+  // a one-shot all_reduce, and an all_gather, reduce_scatter or broadcast that fits one slot.
+  enum RoundFamily { kOneShotAllreduce, kOneRoundAllgather, kOneRoundReduceScatter, kOneRoundBroadcast };
   const RoundStoreChooser& roundStoreChooser(RoundFamily family) const { return roundChoosers_[family]; }
   // The copy into our slot of every other operation (its SlotStoreChooser).
   const SlotCopyIn& slotCopyIn() const { return slotCopy_; }
@@ -267,6 +267,8 @@ class ShmComm {
     RoundStores& operator=(const RoundStores&) = delete;
     // After the operation's last read of a peer's slot.
     void done();
+    // Whether the chooser picks this operation's stores (copyIntoSlot uses them).
+    bool active() const { return comm_.roundStreaming_ >= 0; }
 
    private:
     ShmComm& comm_;
@@ -307,8 +309,10 @@ class ShmComm {
   const SegmentGeometry geometry_;
   const StallPoint stall_;
   SlotCopyIn slotCopy_{options_.slotStores};
-  RoundStoreChooser roundChoosers_[kRoundFamilies];
-  static_assert(kOneRoundReduceScatter + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
+  // A broadcast's classes under broadcastStreamBelowBytes start streaming (ShmOptions).
+  RoundStoreChooser roundChoosers_[kRoundFamilies] = {
+      {}, {}, {}, RoundStoreChooser(options_.broadcastStreamBelowBytes)};
+  static_assert(kOneRoundBroadcast + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
   // While a RoundStores is in scope: its stores (0 cached, 1 streaming; -1: slotCopy_ decides), and while it times
   // the operation, the time spent in waitAll.
   int roundStreaming_ = -1;

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -188,6 +189,8 @@ ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t byte
   const int cls = RoundStoreChooser::classOf(bytes);
   if (bytes >= RoundStoreChooser::kMinBytes && chooser.verdictDue(cls)) {
     // Every rank that closed the window with us published its medians before the step we have since waited for.
+    // The slowest rank's work in each mode decides: back to back, an operation can start no faster than its
+    // busiest rank ends the previous one (a broadcast's root and readers do different work).
     double cached = 0;
     double streaming = 0;
     for (int p = 0; p < comm.size_; ++p) {
@@ -196,8 +199,8 @@ ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t byte
       const float s = v.streamingNsPerByte.load(std::memory_order_relaxed);
       // A rank with forced stores, or one that missed a mode's samples, shares nothing for this window.
       if (v.window.load(std::memory_order_relaxed) == chooser.windows(cls) && c > 0 && s > 0) {
-        cached += c;
-        streaming += s;
+        cached = std::max(cached, double(c));
+        streaming = std::max(streaming, double(s));
       }
     }
     chooser.decide(cls, cached, streaming);

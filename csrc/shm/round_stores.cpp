@@ -17,6 +17,12 @@ double median(std::array<double, RoundStoreChooser::kSamplesPerMode> s, uint32_t
 
 }  // namespace
 
+RoundStoreChooser::RoundStoreChooser(size_t streamBelowBytes) {
+  for (int cls = 0; cls < kClasses; ++cls) {
+    classes_[size_t(cls)].streaming = (kMinBytes << cls) < streamBelowBytes;
+  }
+}
+
 int RoundStoreChooser::classOf(size_t bytes) {
   int cls = 0;
   for (size_t b = kMinBytes * 2; b <= bytes && cls < kClasses - 1; b *= 2) {

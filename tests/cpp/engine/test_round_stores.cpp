@@ -1,11 +1,12 @@
 // RoundStoreChooser, the slot stores of single-round operations, driven with chosen costs: its probe schedule is the
 // same whatever the costs (so every rank probes on the same operations), a window closes one operation after its
-// last probe and is decided at the next (from the group's sums when given, else from this rank's medians), the
+// last probe and is decided at the next (from the group's slowest rank when given, else from this rank's medians), the
 // faster mode is kept unless within the margin, one outlier does not decide, a window without samples of both modes
 // changes nothing, size classes are apart. Then real groups: each family's chooser times real operations, every auto
 // rank ends with the same picks, results stay exact whichever stores each rank ends up with.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -53,6 +54,19 @@ TEST_CASE("round stores: size classes are powers of two from 8 KiB, the last one
   CHECK(RoundStoreChooser::classOf((size_t(1) << 20) - 1) == 6);
   CHECK(RoundStoreChooser::classOf(size_t(1) << 20) == 7);
   CHECK(RoundStoreChooser::classOf(size_t(1) << 30) == RoundStoreChooser::kClasses - 1);
+}
+
+TEST_CASE("round stores: classes under the given size start streaming", "[round_stores]") {
+  RoundStoreChooser c(size_t(512) << 10);
+  for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
+    INFO("class " << cls);
+    CHECK(c.streaming(cls) == (cls < 6));  // 8 KiB ... 256 KiB
+  }
+  CHECK(c.next(size_t(256) << 10).streaming);
+  CHECK_FALSE(c.next(size_t(512) << 10).streaming);
+  // Below kMinBytes the chooser says cached, untimed: its caller keeps its own rule there.
+  CHECK_FALSE(c.next(RoundStoreChooser::kMinBytes - 1).streaming);
+  CHECK_FALSE(RoundStoreChooser().streaming(0));
 }
 
 TEST_CASE("round stores: small operations are cached and never timed", "[round_stores]") {
@@ -146,15 +160,15 @@ TEST_CASE("round stores: switching needs the other mode faster by the margin, an
   }
 }
 
-TEST_CASE("round stores: the group's summed medians decide over this rank's own", "[round_stores]") {
+TEST_CASE("round stores: the group's slowest medians decide over this rank's own", "[round_stores]") {
   RoundStoreChooser c;
   // This rank measured streaming twice as fast; the window closes at windowEnd(0).
   drive(c, k16K, windowEnd(0) + 1, [](bool s) { return s ? 0.5 : 1.0; });
   REQUIRE(c.windows(1) == 1);
   REQUIRE(c.verdictDue(1));
   CHECK_FALSE(c.streaming(1));
-  // Summed over the group (a peer that found streaming far dearer), cached wins: stays cached.
-  c.decide(1, 1.0 + 1.0, 0.5 + 3.0);
+  // The group's slowest rank (a peer that found streaming far dearer: 3.0 against its cached 1.0) keeps it cached.
+  c.decide(1, std::max(1.0, 1.0), std::max(0.5, 3.0));
   CHECK_FALSE(c.verdictDue(1));
   CHECK_FALSE(c.next(k16K).streaming);
   // Next window: the group agrees streaming is faster.
@@ -162,7 +176,7 @@ TEST_CASE("round stores: the group's summed medians decide over this rank's own"
   REQUIRE(c.verdictDue(1));
   c.decide(1, 2.0, 1.0);
   CHECK(c.streaming(1));
-  // Sums of 0 (no rank shared both modes) change nothing.
+  // Zeros (no rank shared both modes) change nothing.
   drive(c, k16K, windowEnd(2) - windowEnd(1), [](bool s) { return s ? 5.0 : 1.0; });
   REQUIRE(c.verdictDue(1));
   c.decide(1, 0, 0);
@@ -271,10 +285,21 @@ TEST_CASE("round stores: real groups time their single-round operations and stay
             failAt(detail::str("reduce_scatter op ", i), r, e, out[e], w);
           }
         }
+        // broadcast from every root in turn: the root's input, everybody else's stale output.
+        const int root = i % size;
+        std::copy(in.begin(), in.begin() + long(count), out.begin());
+        p.comm.broadcast(p.op("broadcast"), out.data(), bytes, root);
+        for (size_t e = 0; e < count; ++e) {
+          const float w = float((size_t(root) * 7 + e + size_t(i)) % 13);
+          if (out[e] != w) {
+            failAt(detail::str("broadcast op ", i, " from root ", root), r, e, out[e], w);
+          }
+        }
       }
       // The auto ranks timed real operations in both modes of every family: two windows each, with their medians.
       if (o.slotStores == shm::SlotStores::kAuto) {
-        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter}) {
+        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter,
+                            ShmComm::kOneRoundBroadcast}) {
           const RoundStoreChooser& c = p.comm.roundStoreChooser(family);
           const int cls = RoundStoreChooser::classOf(family == ShmComm::kOneRoundReduceScatter
                                                          ? rsCount * sizeof(float) * size_t(size - 1)
@@ -286,7 +311,8 @@ TEST_CASE("round stores: real groups time their single-round operations and stay
           picks[size_t(r)].push_back(c.streaming(cls) ? 1 : 0);
         }
       } else {
-        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter}) {
+        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter,
+                            ShmComm::kOneRoundBroadcast}) {
           if (p.comm.roundStoreChooser(family).windows(1) != 0) {
             failCheck("rank ", r, " with slot stores ", int(o.slotStores), " ran the round chooser of family ",
                       int(family));
@@ -299,7 +325,7 @@ TEST_CASE("round stores: real groups time their single-round operations and stay
       }
     });
   }));
-  // The auto ranks decided every window together from the same sums over them: the same picks.
+  // The auto ranks decided every window together from the same medians: the same picks.
   for (int r = 1; r < size; ++r) {
     if (!picks[size_t(r)].empty()) {
       CHECK(picks[size_t(r)] == picks[0]);
