@@ -426,15 +426,15 @@ def test_settings_benchmark_applies_each_setting_and_pairs_the_rounds(tmp_path):
         assert small["ratio_median"] == pytest.approx(statistics.median(want))
         assert (small["ratio_min"], small["ratio_max"]) == pytest.approx((min(want), max(want)))
         assert f"{r['op']:>15} {r['bytes']:>10}" in text
-    # The auto group's single-round operations (one-shot all_reduce, all_gather and reduce_scatter within a slot) timed
-    # both store modes on every rank; the group forced to streaming ran no chooser.
+    # The auto group's single-round operations (one-shot all_reduce; all_gather, reduce_scatter, broadcast of a slot)
+    # timed both store modes on every rank; the group forced to streaming ran no chooser.
     assert len(data["slot_stores"]) == 2
     for per_rank in data["slot_stores"]:
         assert per_rank["small"]["mode"] == "streaming" and per_rank["small"]["single_round"] == []
         assert per_rank["base"]["mode"] == "auto"
         timed = {r["op"] for r in per_rank["base"]["single_round"]
                  if r["windows"] >= 1 and r["cached_ns_per_byte"] > 0 and r["streaming_ns_per_byte"] > 0}
-        assert timed == {"all_reduce", "all_gather", "reduce_scatter"}, per_rank["base"]
+        assert timed == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}, per_rank["base"]
     assert "# base: last slot-store picks per rank: " in text
 
 
