@@ -55,14 +55,16 @@ struct ShmOptions {
   // (stream_vs_default.txt: cached made all_gather 1.1-1.4x and broadcast 1.2-1.6x faster at 64 KiB-1 MiB).
   size_t cachedCopyMaxBytes = kDefaultCachedCopyMaxBytes;
   // Copies into our own slot: cached or streaming stores, chosen per group from their measured cost (kAuto), or
-  // forced (TUNEDIST_SLOT_STORES=auto|cached|streaming). See shm/copy_in.h.
+  // forced (TUNEDIST_SLOT_STORES=auto|per-copy|cached|streaming). See shm/copy_in.h and shm/round_stores.h.
   SlotStores slotStores = SlotStores::kAuto;
   // A broadcast of fewer bytes has its root copy into the slot with streaming stores under kAuto (TUNEDIST_SLOT_STORES
   // =cached still forces cached ones). Only the readers read that slot, and a line they must snoop out of the root's
   // cache, where a cached copy of a chunk this small stays, costs them more than one from memory; from about the
   // size of a core's L2 the cached copy's lines have left for the shared cache and it is the faster one. Measured on
   // 2 ranks, both ways in one job (docs/records/issue14/s19/broadcast/): streaming / cached time 0.92-0.93 at 16 KiB,
-  // 0.68-0.69 at 64 KiB, 0.68-0.75 at 256 KiB, 0.97-1.17 at 512 KiB, 1.92-1.95 at 1 MiB.
+  // 0.68-0.69 at 64 KiB, 0.68-0.75 at 256 KiB, 0.97-1.17 at 512 KiB, 1.92-1.95 at 1 MiB. Under kAuto a broadcast
+  // of 8 KiB up to one slot only starts that way: the group's RoundStoreChooser probes both (in another phase of
+  // the same host cached was the faster at 64 KiB, 0.73x: docs/records/issue14/s20/settings/final_2.txt).
   size_t broadcastStreamBelowBytes = kDefaultBroadcastStreamBelowBytes;
   // cachedCopyMaxBytes for the readers of a broadcast, whose only work is that copy, counted over all of them (they
   // share the last-level cache): plain stores leave the output in the shared cache, streaming ones send it to memory,
