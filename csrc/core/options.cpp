@@ -8,6 +8,21 @@
 #include "core/error.h"
 
 namespace tunedist::shm {
+namespace {
+constexpr SlotStores kAllSlotStores[] = {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming,
+                                         SlotStores::kAutoPerCopy};
+}  // namespace
+
+const char* slotStoresName(SlotStores mode) {
+  switch (mode) {
+    case SlotStores::kAuto: return "auto";
+    case SlotStores::kCached: return "cached";
+    case SlotStores::kStreaming: return "streaming";
+    case SlotStores::kAutoPerCopy: return "per-copy";
+  }
+  return "?";
+}
+
 ShmOptions ShmOptions::fromEnv() {
   ShmOptions o;
   if (auto v = envNonNegativeInt("TUNEDIST_SLOT_BYTES")) {
@@ -27,12 +42,14 @@ ShmOptions ShmOptions::fromEnv() {
     o.broadcastStreamBelowBytes = size_t(*v);
   }
   if (auto v = envString("TUNEDIST_SLOT_STORES")) {
-    TD_CHECK(*v == "auto" || *v == "cached" || *v == "streaming" || *v == "per-copy",
-             "tunedist: TUNEDIST_SLOT_STORES must be auto, cached, streaming or per-copy, got '", *v, "'");
-    o.slotStores = *v == "auto"        ? SlotStores::kAuto
-                   : *v == "cached"    ? SlotStores::kCached
-                   : *v == "streaming" ? SlotStores::kStreaming
-                                       : SlotStores::kAutoPerCopy;
+    bool known = false;
+    for (SlotStores mode : kAllSlotStores) {
+      if (*v == slotStoresName(mode)) {
+        o.slotStores = mode;
+        known = true;
+      }
+    }
+    TD_CHECK(known, "tunedist: TUNEDIST_SLOT_STORES must be auto, cached, streaming or per-copy, got '", *v, "'");
   }
   if (auto v = envNonNegativeInt("TUNEDIST_SPIN_ITERS")) {
     o.spinIters = int(*v);

@@ -15,6 +15,8 @@ namespace tunedist::shm {
 // kAutoPerCopy chooses for every operation from the cost of the copy alone, as kAuto did before single-round
 // operations timed the whole operation (shm/round_stores.h): kept to compare the two in one job.
 enum class SlotStores { kAuto, kCached, kStreaming, kAutoPerCopy };
+// The TUNEDIST_SLOT_STORES spelling: auto, cached, streaming, per-copy.
+const char* slotStoresName(SlotStores mode);
 
 struct ShmOptions {
   static constexpr size_t kDefaultSlotBytes = size_t(1) << 20;

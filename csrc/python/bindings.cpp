@@ -242,12 +242,7 @@ PYBIND11_MODULE(_C, m) {
         }
         using tunedist::shm::RoundStoreChooser;
         using tunedist::shm::ShmComm;
-        using tunedist::shm::SlotStores;
-        const SlotStores mode = comm->options().slotStores;
-        d["mode"] = mode == SlotStores::kAuto        ? "auto"
-                    : mode == SlotStores::kCached    ? "cached"
-                    : mode == SlotStores::kStreaming ? "streaming"
-                                                     : "per-copy";
+        d["mode"] = tunedist::shm::slotStoresName(comm->options().slotStores);
         const auto& copyIn = comm->slotCopyIn();
         py::dict other;
         other["streaming"] = copyIn.streaming();

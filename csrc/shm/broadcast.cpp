@@ -24,8 +24,7 @@ void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root)
 void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root) {
   char* data = static_cast<char*>(buf);
   const size_t chunk = options_.slotBytes;
-  const bool chosen = size_ > 1 && bytes <= chunk && bytes >= RoundStoreChooser::kMinBytes;
-  RoundStores stores(*this, kOneRoundBroadcast, bytes, chosen);
+  RoundStores stores(*this, kOneRoundBroadcast, bytes, size_ > 1 && bytes <= chunk);
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);

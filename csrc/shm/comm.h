@@ -252,8 +252,9 @@ class ShmComm {
       copyBytesCached(dst, src, n);
     }
   }
-  // For the length of one single-round operation under SlotStores::kAuto with peers (`active`): its copies into our
-  // slot use the stores that `family`'s chooser plans for `bytes` (what this rank writes into its slot), and when
+  // For the length of one single-round operation under SlotStores::kAuto with peers (`active`) and `bytes` (what this
+  // rank writes into its slot) of at least RoundStoreChooser::kMinBytes: its copies into our slot use the stores that
+  // `family`'s chooser plans, and when
   // the chooser times the operation, done() reports its work: the time since construction outside waitAll, per
   // byte. An operation that throws reports nothing.
   class RoundStores {

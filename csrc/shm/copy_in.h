@@ -20,9 +20,10 @@
 // copies are cached again. A rank decides for its own slot alone: how the bytes got there changes nothing for the
 // reader but its speed.
 //
-// The operations of a single round in which every rank writes and reads (one-shot all_reduce, all_gather and
-// reduce_scatter within a slot) choose instead from the whole operation's cost (shm/round_stores.h); this chooser
-// serves the rest (two-shot all_reduce, multi-round operations, gather, scatter, all_to_all, a broadcast from 512 KiB).
+// The operations of a single round from 8 KiB (one-shot all_reduce; all_gather, reduce_scatter and broadcast within a
+// slot) choose instead from the whole operation's cost (shm/round_stores.h); this chooser serves the rest (two-shot
+// all_reduce, multi-round operations, gather, scatter, all_to_all), and every operation under
+// TUNEDIST_SLOT_STORES=per-copy.
 #pragma once
 
 #include <cstddef>

@@ -182,12 +182,13 @@ void ShmComm::acquireBuffer(const OpContext& ctx, int buffer) {
 }
 
 ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t bytes, bool active) : comm_(comm) {
-  if (!active || comm.options_.slotStores != SlotStores::kAuto) {
+  // Under kMinBytes the chooser has nothing to time: the caller's own stores apply (SlotCopyIn's are cached there).
+  if (!active || comm.options_.slotStores != SlotStores::kAuto || bytes < RoundStoreChooser::kMinBytes) {
     return;
   }
   RoundStoreChooser& chooser = comm.roundChoosers_[family];
   const int cls = RoundStoreChooser::classOf(bytes);
-  if (bytes >= RoundStoreChooser::kMinBytes && chooser.verdictDue(cls)) {
+  if (chooser.verdictDue(cls)) {
     // Every rank that closed the window with us published its medians before the step we have since waited for.
     // The slowest rank's work in each mode decides: back to back, an operation can start no faster than its
     // busiest rank ends the previous one (a broadcast's root and readers do different work).
@@ -215,7 +216,7 @@ ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t byte
   }
   comm.roundStreaming_ = plan.streaming ? 1 : 0;
   if (plan.timed) {
-    chooser_ = &comm.roundChoosers_[family];
+    chooser_ = &chooser;
     bytes_ = bytes;
     comm.timingWaits_ = true;
     comm.waited_ = std::chrono::nanoseconds(0);

@@ -1,6 +1,6 @@
-// RoundStoreChooser: slot stores for the operations of a single round in which every rank both writes its slot and
-// reads its peers' (a one-shot all_reduce, an all_gather or reduce_scatter of at most one slot), chosen from what
-// the whole operation costs rather than from the writer's copy alone.
+// RoundStoreChooser: slot stores for the operations of a single round (a one-shot all_reduce; an all_gather,
+// reduce_scatter or broadcast of at most one slot), chosen from what the whole operation costs rather than from the
+// writer's copy alone.
 //
 // SlotStoreChooser (copy_in.h) times only the copy into our slot. What streaming stores also change is how the peers
 // read those bytes: from memory instead of out of our cache. In a broadcast that alone decided (s19/broadcast/), and
