@@ -107,11 +107,25 @@ configure() {
   command -v ccache > /dev/null && launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
   local prefix
   prefix="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" || return 1
-  # A fresh cache: a build dir from another torch or Python must not leak in.
-  rm -f "$BUILD_DIR/CMakeCache.txt"
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" ${launcher[@]+"${launcher[@]}"} -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix" -DPython_EXECUTABLE="$("$PY" -c 'import sys; print(sys.executable)')" -DTUNEDIST_USE_NCCL=ON \
-    -DTUNEDIST_BUILD_TESTS=OFF
+  local args=("${generator[@]}" ${launcher[@]+"${launcher[@]}"} -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_PREFIX_PATH="$prefix" -DPython_EXECUTABLE="$("$PY" -c 'import sys; print(sys.executable)')"
+    -DTUNEDIST_USE_NCCL=ON -DTUNEDIST_BUILD_TESTS=OFF)
+  # A fresh cache: a build dir from another torch, Python or compiler must not leak in.
+  rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+  local log="$BUILD_DIR.configure.log"
+  mkdir -p "$BUILD_DIR"
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${args[@]}" 2>&1 | tee "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] && return 0
+  # The GPU machine's default compiler (/opt/gcc/bin/g++ there, 2026-12-04) links libstdc++ statically, which
+  # crashes next to torch (cmake/tunedistLibstdcxx.cmake refuses it): retry once with the system's compiler.
+  if grep -q "links libstdc++ statically" "$log" && [ -x /usr/bin/g++ ] && [ -x /usr/bin/gcc ]; then
+    echo "gpu_check: retrying configure with the system compiler /usr/bin/g++ (the default links libstdc++ statically)"
+    rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+    cmake -S "$ROOT" -B "$BUILD_DIR" "${args[@]}" -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_C_COMPILER=/usr/bin/gcc \
+      -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++
+    return
+  fi
+  return 1
 }
 
 build() {

@@ -23,12 +23,24 @@ find_library(TUNEDIST_C10_CUDA_LIBRARY c10_cuda PATHS "${TORCH_INSTALL_PREFIX}/l
 
 find_path(TUNEDIST_NCCL_INCLUDE_DIR nccl.h HINTS "${_tunedist_site}/nvidia/nccl/include" $ENV{NCCL_ROOT}/include
           PATHS /usr/local/cuda/include /usr/include)
+# The wheels' runtime headers are complete only with the compiler's crt/ headers beside them (cuda_runtime_api.h
+# includes crt/host_defines.h): some images ship nvidia/cu13/include without crt/ and the toolkit in
+# /usr/local/cuda. Then the toolkit's include directory comes first and the wheels' after it (for headers the
+# toolkit lacks).
 find_path(_tunedist_cudart_include cuda_runtime_api.h HINTS ${_tunedist_wheel_includes} NO_CACHE)
-if(_tunedist_cudart_include)
+if(_tunedist_cudart_include AND EXISTS "${_tunedist_cudart_include}/crt/host_defines.h")
   set(_tunedist_cuda_includes ${_tunedist_wheel_includes})
 else()
   find_package(CUDAToolkit QUIET)
   set(_tunedist_cuda_includes ${CUDAToolkit_INCLUDE_DIRS})
+  if(_tunedist_cudart_include)
+    if(NOT CUDAToolkit_INCLUDE_DIRS)
+      message(WARNING "tunedist: ${_tunedist_cudart_include} has cuda_runtime_api.h but not crt/host_defines.h, and "
+        "no CUDA toolkit was found to supply it: the NCCL side will not compile. Install the CUDA toolkit or set "
+        "TUNEDIST_CUDA_INCLUDE_DIRS.")
+    endif()
+    list(APPEND _tunedist_cuda_includes ${_tunedist_wheel_includes})
+  endif()
 endif()
 set(TUNEDIST_CUDA_INCLUDE_DIRS "${_tunedist_cuda_includes}" CACHE STRING "CUDA runtime headers for the NCCL side")
 

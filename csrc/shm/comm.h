@@ -311,8 +311,8 @@ class ShmComm {
   const StallPoint stall_;
   SlotCopyIn slotCopy_{options_.slotStores};
   // A broadcast's classes under broadcastStreamBelowBytes start streaming (ShmOptions).
-  RoundStoreChooser roundChoosers_[kRoundFamilies] = {
-      {}, {}, {}, RoundStoreChooser(options_.broadcastStreamBelowBytes)};
+  RoundStoreChooser roundChoosers_[kRoundFamilies] = {RoundStoreChooser(), RoundStoreChooser(), RoundStoreChooser(),
+                                                      RoundStoreChooser(options_.broadcastStreamBelowBytes)};
   static_assert(kOneRoundBroadcast + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
   // While a RoundStores is in scope: its stores (0 cached, 1 streaming; -1: slotCopy_ decides), and while it times
   // the operation, the time spent in waitAll.

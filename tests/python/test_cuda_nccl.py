@@ -186,6 +186,59 @@ def test_gpu_check_script_dry_run(tmp_path):
         assert steps["configure"]["rc"] != 0 and "TUNEDIST_USE_NCCL=ON needs" in steps["configure"]["log_tail"]
 
 
+def _static_libstdcxx_compiler(tmp_path) -> str:
+    """A g++ that links libstdc++ statically into shared libraries, as the GPU machine's /opt/gcc/bin/g++ did."""
+    gxx = shutil.which("g++")
+    if gxx is None or shutil.which("cmake") is None:
+        pytest.skip("needs g++ and cmake")
+    wrapper = tmp_path / "static-g++"
+    wrapper.write_text(f'#!/bin/sh\nexec {gxx} "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    probe = tmp_path / "probe.cpp"
+    probe.write_text("#include <sstream>\nint f(unsigned long v) { std::ostringstream s; s << v; return 0; }\n")
+    if subprocess.run([str(wrapper), "-fPIC", "-shared", str(probe), "-o", str(tmp_path / "p.so")]).returncode:
+        pytest.skip("this g++ has no static libstdc++ to link")
+    return str(wrapper)
+
+
+def test_static_libstdcxx_compiler_refused(tmp_path):
+    """A compiler that would copy libstdc++ into libtunedist (two libstdc++ beside torch's: a crash at import, seen
+    on the GPU machine) is refused at configure, with the fix in the message."""
+    env = {**os.environ, "CXX": _static_libstdcxx_compiler(tmp_path)}
+    proc = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "build"),
+                           f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                           f"-DPython_EXECUTABLE={sys.executable}"], env=env, capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "links libstdc++ statically" in out and "CXX=/usr/bin/g++" in out, out
+    # The same configure with the plain compiler passes the check (the rest of the configure is other tests' work).
+    ok = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "build-ok"), "-DTUNEDIST_USE_NCCL=OFF",
+                         f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                         f"-DPython_EXECUTABLE={sys.executable}"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "statically" not in ok.stdout + ok.stderr, ok.stdout + ok.stderr
+
+
+def test_gpu_check_falls_back_to_the_system_compiler(tmp_path):
+    """benchmarks/gpu_check.sh, given a default compiler that links libstdc++ statically, configures again with
+    /usr/bin/g++ instead of building a library that crashes at import."""
+    if not (os.access("/usr/bin/g++", os.X_OK) and os.access("/usr/bin/gcc", os.X_OK)):
+        pytest.skip("no /usr/bin/g++ to fall back to")
+    env = {**os.environ, "CXX": _static_libstdcxx_compiler(tmp_path), "OUT": str(tmp_path / "out"),
+           "TUNEDIST_GPU_BUILD_DIR": str(tmp_path / "build"), "PYTHON": sys.executable,
+           "TUNEDIST_GPU_CHECK_BUDGET_S": "100000", "T_ENV": "100000", "T_CONFIGURE": "100000"}
+    subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run"], env=env, capture_output=True,
+                   text=True)
+    import json
+
+    steps = {s["step"]: s for s in json.loads((tmp_path / "out" / "gpu_check.json").read_text())["steps"]}
+    log = (tmp_path / "out" / "configure.log").read_text()
+    assert "links libstdc++ statically" in log and "retrying configure with the system compiler" in log, log
+    cache = (tmp_path / "build" / "CMakeCache.txt").read_text()
+    assert "CMAKE_CXX_COMPILER:FILEPATH=/usr/bin/g++" in cache or "CMAKE_CXX_COMPILER:STRING=/usr/bin/g++" in cache
+    if NCCL_IN:  # the dry run forces the NCCL side on, which needs what this build found
+        assert steps["configure"]["rc"] == 0, log
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # With a GPU: world size 1 (NCCL refuses two ranks on one GPU)
 
