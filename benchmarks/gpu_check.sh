@@ -136,7 +136,19 @@ build() {
     cp "$f" "$ROOT/python/tunedist/.$(basename "$f").tmp" && mv "$ROOT/python/tunedist/.$(basename "$f").tmp" \
       "$ROOT/python/tunedist/$(basename "$f")" || return 1
   done
-  PYTHONPATH="$ROOT/python" "$PY" -c 'import tunedist; print(tunedist.version(), tunedist._C.nccl_build_info())'
+  local check='import tunedist; print(tunedist.version(), tunedist._C.nccl_build_info())'
+  PYTHONPATH="$ROOT/python" "$PY" -X faulthandler -c "$check" && return 0
+  local rc=$?
+  # A crash in native code (session 21: a segfault here) gets its native backtrace in this log, so one run says why.
+  local debugger
+  debugger="$(command -v gdb || command -v cuda-gdb)"
+  if [ "$rc" -ge 128 ] && [ -n "$debugger" ]; then
+    echo "import crashed (exit $rc): native backtrace from $debugger"
+    PYTHONPATH="$ROOT/python" timeout 90 "$debugger" -q -batch -ex run -ex bt \
+      --args "$("$PY" -c 'import sys; print(sys.executable)')" -c "$check" 2>&1 |
+      grep -v '^\[New Thread\|^\[Thread' | head -80
+  fi
+  return "$rc"
 }
 
 gpu_tests() {
