@@ -2,6 +2,7 @@
 // abort, shutdown, split).
 #include "backend/tuned_backend.h"
 
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -162,9 +163,16 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
   return collective("all_to_all", outputs, inputs).alltoall(outputs, inputs, opts);
 }
 
-// A barrier names its device instead of passing tensors (BarrierOptions::device).
+// A barrier names its device instead of passing tensors (BarrierOptions::device). torch's c10d::barrier op rebuilds
+// the options from device_ids alone, dropping the device that dist.barrier() set; device ids name CUDA devices (as
+// ProcessGroupNCCL reads them), so a barrier with device_ids goes to the NCCL side, as it would on torch's "nccl".
+// Where no CUDA device is usable (device_ids passed on a CPU machine) it stays a CPU barrier.
 c10::intrusive_ptr<c10d::Work> TunedBackend::barrier(const c10d::BarrierOptions& opts) {
-  return collective("barrier", opts.device).barrier(opts);
+  std::optional<at::Device> device = opts.device;
+  if (!device.has_value() && !opts.device_ids.empty() && ncclBuildInfo().compiledIn && at::hasCUDA()) {
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(opts.device_ids.front()));
+  }
+  return collective("barrier", device).barrier(opts);
 }
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {

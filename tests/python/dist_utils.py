@@ -206,6 +206,12 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
     """
     if failure_grace_s is None:
         failure_grace_s = EXPECTED_FAILURE_GRACE_S if return_exceptions else FAILURE_GRACE_S
+    # Caps for a run with a hard budget per step (benchmarks/gpu_check.sh): a hang then ends inside the launch, with
+    # the ranks' stacks, instead of the step's timeout killing pytest before it reports anything.
+    if os.environ.get("TUNEDIST_TEST_LAUNCH_TIMEOUT_S"):
+        timeout_s = min(timeout_s, float(os.environ["TUNEDIST_TEST_LAUNCH_TIMEOUT_S"]))
+    if os.environ.get("TUNEDIST_TEST_PG_TIMEOUT_S"):
+        pg_timeout_s = min(pg_timeout_s, float(os.environ["TUNEDIST_TEST_PG_TIMEOUT_S"]))
     assert world_size >= 1
     ctx = mp.get_context("spawn")
     port = free_port()

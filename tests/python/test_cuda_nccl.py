@@ -87,6 +87,9 @@ def _check_plain_tuned(rank: int, world_size: int) -> dict:
     t = torch.full((5,), float(rank + 1))
     dist.all_reduce(t)
     dist.barrier()
+    if not torch.cuda.is_available():
+        # device_ids name CUDA devices; with none usable the barrier stays on the CPU side (no NCCL side below).
+        dist.barrier(device_ids=[0])
     objs = [None] * world_size
     dist.all_gather_object(objs, {"rank": rank})
     return {
@@ -307,6 +310,7 @@ def _cuda_all_ops(rank: int, world_size: int) -> dict:
         fut = work.get_future()
         work.wait()
         z = y * 2
+    torch.cuda.current_stream().wait_stream(s)  # z is read on the default stream below
     result = fut.wait()
     out["future"] = torch.equal(result[0].cpu(), torch.full((1 << 20,), 3.0))
     out["stream_order"] = bool((z == 6).all().item())
@@ -334,6 +338,22 @@ def test_cuda_all_ops_world1():
     assert r["mixed_error"] is not None and "mixes CPU and CUDA" in r["mixed_error"]
     assert "all_gather" in r["mixed_error"] and "rank 0" in r["mixed_error"]
     assert any("NCCL side created" in m for m in r["log"]), r["log"]
+
+
+def _cuda_barrier_first(rank: int, world_size: int) -> dict:
+    torch.cuda.set_device(0)
+    backend = dist.group.WORLD._get_backend(torch.device("cuda"))
+    before = tunedist._C.nccl_side(backend)
+    # torch's barrier op passes only device_ids to the backend (it drops the device dist.barrier() set): tuned must
+    # still send it to its NCCL side, as torch's "nccl" would run it.
+    dist.barrier(device_ids=[0])
+    return {"before": before is None, "after": tunedist._C.nccl_side(backend) is not None}
+
+
+@needs_gpu
+def test_cuda_barrier_with_device_ids_goes_to_nccl():
+    (r,) = launch(1, _cuda_barrier_first)
+    assert r == {"before": True, "after": True}, r
 
 
 def _cuda_ddp_step(rank: int, world_size: int) -> dict:

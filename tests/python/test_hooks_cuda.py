@@ -112,10 +112,14 @@ def test_cuda_compress_is_one_fused_kernel():
         pytest.skip("this build has no CUDA kernels (TUNEDIST_CUDA_KERNELS=OFF)")
     src = torch.randn(1 << 20, device="cuda")
     dst = torch.empty(1 << 20, device="cuda", dtype=torch.float16)
+    # torch's own two-op sequence, for contrast: a cast kernel and a multiply kernel. Where the profiler sees no
+    # CUDA kernel at all (no CUPTI, e.g. some sandboxes) this test cannot tell one kernel from two.
+    torch_names = _kernel_names(lambda: src.to(torch.float16).div_(2))
+    if not torch_names:
+        pytest.skip("the profiler records no CUDA kernels on this machine (CUPTI unavailable)")
+    assert len(torch_names) == 2, torch_names
     names = _kernel_names(lambda: _hooks.compress_into(dst, src, 2))
     assert len(names) == 1 and "compress" in names[0], names
-    # torch's own two-op sequence, for contrast: a cast kernel and a multiply kernel.
-    assert len(_kernel_names(lambda: src.to(torch.float16).div_(2))) == 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -163,10 +167,13 @@ def _cuda_parity_worker(rank: int, world_size: int) -> dict:
         native = variants()["powersgd_r2_cold_batch"][2]
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            _train_cuda(lambda ddp: native(ddp, group), steps=5)
-        results["_kernels"] = sorted({e.name for e in prof.events()
-                                      if e.device_type == torch.autograd.DeviceType.CUDA})
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                _train_cuda(lambda ddp: native(ddp, group), steps=5)
+            results["_kernels"] = sorted({e.name for e in prof.events()
+                                          if e.device_type == torch.autograd.DeviceType.CUDA})
+        except Exception:  # noqa: BLE001 - a profiler failure must not lose the parity results above
+            results["_kernels"] = traceback.format_exc()
     return results
 
 
@@ -174,8 +181,6 @@ def _cuda_parity_worker(rank: int, world_size: int) -> dict:
 def test_cuda_hooks_match_torch_world1():
     (runs,) = launch(1, _cuda_parity_worker, timeout_s=600.0)
     kernels = runs.pop("_kernels", None)
-    if kernels is not None:
-        assert any("addAndRemember" in k for k in kernels), kernels
     for name, entry in runs.items():
         assert not isinstance(entry, str), f"{name} failed:\n{entry}"
         ref = entry["torch"]["params"]
@@ -192,3 +197,12 @@ def test_cuda_hooks_match_torch_world1():
             assert stats[1] > 0 and stats[2] > 0, (name, stats)
             for label in ("dropin", "native"):
                 assert entry[label]["stats"] == stats, (name, label, entry[label]["stats"], stats)
+    # Checked after the parity above, so a profiler problem cannot hide it: the fused error-feedback kernel ran.
+    assert not isinstance(kernels, str), f"profiling the native PowerSGD run failed:\n{kernels}"
+    if kernels == []:  # the profiler recorded no CUDA kernel at all here (no CUPTI): nothing to check it against
+        import warnings
+
+        warnings.warn("the profiler records no CUDA kernels here: the fused error feedback was not observed",
+                      stacklevel=1)
+    elif kernels is not None:
+        assert any("addAndRemember" in k for k in kernels), kernels
