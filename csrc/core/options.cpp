@@ -41,6 +41,9 @@ ShmOptions ShmOptions::fromEnv() {
   if (auto v = envNonNegativeInt("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES")) {
     o.broadcastStreamBelowBytes = size_t(*v);
   }
+  if (auto v = envNonNegativeInt("TUNEDIST_FUSED_OWN_COPY_MIN_BYTES")) {
+    o.fusedOwnCopyMinBytes = size_t(*v);
+  }
   if (auto v = envString("TUNEDIST_SLOT_STORES")) {
     bool known = false;
     for (SlotStores mode : kAllSlotStores) {

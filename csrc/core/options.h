@@ -68,6 +68,10 @@ struct ShmOptions {
   // of 8 KiB up to one slot only starts that way: the group's RoundStoreChooser probes both (in another phase of
   // the same host cached was the faster at 64 KiB, 0.73x: docs/records/issue14/s20/settings/final_2.txt).
   size_t broadcastStreamBelowBytes = kDefaultBroadcastStreamBelowBytes;
+  // An all_gather chunk of at least this many bytes is copied into our slot and our own output block in one pass
+  // over the input (shm/allgather.cpp) instead of two copies; SIZE_MAX keeps the two
+  // (TUNEDIST_FUSED_OWN_COPY_MIN_BYTES).
+  size_t fusedOwnCopyMinBytes = 0;
   // cachedCopyMaxBytes for the readers of a broadcast, whose only work is that copy, counted over all of them (they
   // share the last-level cache): plain stores leave the output in the shared cache, streaming ones send it to memory,
   // and up to about half a 32 MiB L3 the plain copy wins. Measured on 2 ranks, one job
@@ -100,7 +104,7 @@ struct ShmOptions {
   // TUNEDIST_SPIN_ITERS, TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S,
   // TUNEDIST_SYMMETRIC_MIN_BYTES, TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES,
   // TUNEDIST_CACHED_COPY_MAX_BYTES, TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES, TUNEDIST_BROADCAST_STREAM_BELOW_BYTES,
-  // TUNEDIST_SLOT_STORES where set.
+  // TUNEDIST_FUSED_OWN_COPY_MIN_BYTES, TUNEDIST_SLOT_STORES where set.
   static ShmOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.
   void validate() const;

@@ -453,6 +453,54 @@ inline void copyKernel(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+// Copies src into `shared` and `own` in one pass (copyBytesTwice in reduce.h): each 128-byte block is loaded once and
+// stored twice; with streamShared (and at least kStreamCopyMinBytes) the stores into `shared` are non-temporal, from
+// its first cache-line boundary on, and an sfence ends them.
+inline void copyTwiceKernel(void* shared, void* own, const void* src, size_t bytes, bool streamShared) {
+#if defined(__AVX2__)
+  auto* d = static_cast<char*>(shared);
+  auto* o = static_cast<char*>(own);
+  const auto* s = static_cast<const char*>(src);
+  const bool stream = streamShared && bytes >= kStreamCopyMinBytes;
+  size_t i = 0;
+  if (stream) {
+    i = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
+    std::memcpy(d, s, i);
+    std::memcpy(o, s, i);
+  }
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    if (stream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i + 32), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i + 64), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i + 96), e);
+  }
+  if (stream) {
+    _mm_sfence();
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+  std::memcpy(o + i, s + i, bytes - i);
+#else
+  copyKernel(shared, src, bytes);  // the portable level's copies are memcpy either way
+  (void)streamShared;
+  std::memcpy(own, src, bytes);
+#endif
+}
+
 // ---- The table. ----
 
 constexpr int opIndex(RedOp op) { return static_cast<int>(op); }
@@ -515,6 +563,7 @@ constexpr KernelTable buildKernelTable() {
   addInteger<int64_t>(t, DType::kInt64);
   addBool(t);
   t.copy = &copyKernel;
+  t.copyTwice = &copyTwiceKernel;
   t.compress[0] = &compressKernel<true>;
   t.compress[1] = &compressKernel<false>;
   t.decompress[0] = &decompressKernel<true>;

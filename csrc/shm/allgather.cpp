@@ -7,10 +7,13 @@
 namespace tunedist::shm {
 
 // all_gather / gather (gatherTo, gather.cpp), per chunk of one slot:
-//   1. copy our chunk into our slot;
-//   2. publish; copy our own chunk straight from the input into our output block; wait for all;
+//   1. copy our chunk into our slot (and, from ShmOptions::fusedOwnCopyMinBytes, into our own output block in the
+//      same pass: the input is read once);
+//   2. publish; copy our own chunk straight from the input into our output block unless step 1 did; wait for all;
 //   3. copy each peer's chunk into its output block (gather: on the root only).
-// Copying our own block in step 2 fills the time a rank would otherwise spin waiting for a slower peer. An input
+// Copying our own block in step 2 fills the time a rank would otherwise spin waiting for a slower peer; when ranks
+// are in step nobody waits, and the one pass of step 1 costs less than the two copies (measured in
+// docs/records/issue14/s21/). An input
 // that partially overlaps its own output block instead has that block copied after the last round (the backend
 // clones an input that overlaps a peer's block: ops::unaliasedSource); one that is exactly its block (FSDP2's in-place
 // all-gather) needs no copy.

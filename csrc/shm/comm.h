@@ -252,6 +252,16 @@ class ShmComm {
       copyBytesCached(dst, src, n);
     }
   }
+  // copyIntoSlot(dst, src, n) plus our own output block `own` (an all_gather's), in one pass over src where the slot's
+  // stores allow (SlotCopyIn::copyTwice; a RoundStores in scope fixes them). Returns whether `own` was copied (not
+  // when the per-copy chooser times the slot's copy: the caller copies it after publishing). No overlaps.
+  bool copyIntoSlotAndOwn(void* dst, void* own, const void* src, size_t n) {
+    if (roundStreaming_ < 0) {
+      return slotCopy_.copyTwice(dst, own, src, n);
+    }
+    copyBytesTwice(dst, own, src, n, roundStreaming_ > 0);
+    return true;
+  }
   // For the length of one single-round operation under SlotStores::kAuto with peers (`active`) and `bytes` (what this
   // rank writes into its slot) of at least RoundStoreChooser::kMinBytes: its copies into our slot use the stores that
   // `family`'s chooser plans, and when

@@ -68,10 +68,30 @@ void SlotCopyIn::copy(void* dst, const void* src, size_t bytes) {
     case SlotStoreChooser::Next::kStreaming: copyBytes(dst, src, bytes); return;
     case SlotStoreChooser::Next::kCachedTimed: break;
   }
+  timedCachedCopy(dst, src, bytes);
+}
+
+void SlotCopyIn::timedCachedCopy(void* dst, const void* src, size_t bytes) {
   const auto t0 = std::chrono::steady_clock::now();
   copyBytesCached(dst, src, bytes);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
   chooser_.record(double(ns.count()) / double((bytes + 63) / 64));
+}
+
+bool SlotCopyIn::copyTwice(void* dst, void* own, const void* src, size_t bytes) {
+  switch (mode_) {
+    case SlotStores::kCached: copyBytesTwice(dst, own, src, bytes, false); return true;
+    case SlotStores::kStreaming: copyBytesTwice(dst, own, src, bytes, true); return true;
+    case SlotStores::kAuto:
+    case SlotStores::kAutoPerCopy: break;
+  }
+  switch (chooser_.next(bytes)) {
+    case SlotStoreChooser::Next::kCachedUntimed: copyBytesTwice(dst, own, src, bytes, false); return true;
+    case SlotStoreChooser::Next::kStreaming: copyBytesTwice(dst, own, src, bytes, true); return true;
+    case SlotStoreChooser::Next::kCachedTimed: break;
+  }
+  timedCachedCopy(dst, src, bytes);
+  return false;
 }
 
 }  // namespace tunedist::shm

@@ -29,6 +29,10 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
   // it without being it: then a chunk's copy could overwrite input that a later chunk still has to read, so the
   // block goes last, in one memmove.
   const bool ownEarly = receive && (own == src || !rangesOverlap(own, src, bytes));
+  // A rank that writes its slot and copies its own block reads its input once for both (copyIntoSlotAndOwn), before
+  // publishing: when ranks are in step, the pass costs less than the two copies it replaces (shm/copy_in.h).
+  const bool writesSlot = (all || rank_ != root) && size_ > 1;
+  const bool fused = writesSlot && ownEarly && own != src && bytes >= options_.fusedOwnCopyMinBytes;
   const size_t chunk = options_.slotBytes;
   // An all_gather of one round: every rank writes and reads slots, and the stores are its RoundStoreChooser's.
   RoundStores stores(*this, kOneRoundAllgather, bytes, all && size_ > 1 && bytes <= chunk);
@@ -36,12 +40,15 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
     // With no peer (a group of one) nobody reads the slot.
-    if ((all || rank_ != root) && size_ > 1) {
+    bool ownCopied = false;
+    if (fused) {
+      ownCopied = copyIntoSlotAndOwn(slot(rank_, b), own + off, src + off, n);
+    } else if (writesSlot) {
       copyIntoSlot(slot(rank_, b), src + off, n);
     }
     // Step 1/1: our slot holds bytes [off, off+n) of our input.
     const uint64_t step = publish(ctx);
-    if (ownEarly) {
+    if (ownEarly && !ownCopied) {
       copyOwn(own + off, src + off, n);
     }
     waitAll(ctx, step);

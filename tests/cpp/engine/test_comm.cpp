@@ -228,8 +228,11 @@ TEST_CASE("broadcast delivers the root's bytes for every root and count", "[shm]
 TEST_CASE("all_gather and gather deliver every rank's block", "[shm][all_gather][gather]") {
   const int size = GENERATE(1, 2, 3, 4);
   const bool defaults = GENERATE(false, true);
-  const Profile prof = profile(defaults);
-  INFO("world size " << size << ", slot bytes " << prof.options.slotBytes);
+  // The own block in the copy-in's pass (the default from 0 bytes), or in a copy of its own.
+  const bool fused = GENERATE(true, false);
+  Profile prof = profile(defaults);
+  if (!fused) prof.options.fusedOwnCopyMinBytes = SIZE_MAX;
+  INFO("world size " << size << ", slot bytes " << prof.options.slotBytes << (fused ? ", fused" : ", own copy apart"));
   ShmLeakCheck leaks;
   runGroup(size, prof.options, [&](Peer& p) {
     for (size_t bytes : prof.counts) {

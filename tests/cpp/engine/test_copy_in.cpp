@@ -135,6 +135,40 @@ TEST_CASE("auto: while streaming, a probe every kProbeEvery copies decides on it
   CHECK(c.streaming());
 }
 
+TEST_CASE("copyTwice fills the slot and the own block in one pass unless it times the slot's copy", "[copy_in]") {
+  const SlotStores mode = GENERATE(SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming,
+                                   SlotStores::kAutoPerCopy);
+  SlotCopyIn copier(mode);
+  for (size_t bytes : {size_t(0), size_t(63), kBig, size_t(65537)}) {
+    // Enough copies to pass the warm-up, so kAuto's timed copies (apart from the own block's) run too.
+    for (uint64_t round = 0; round < SlotStoreChooser::kWarmCopies + 2; ++round) {
+      INFO("mode " << int(mode) << ", " << bytes << " bytes, copy " << round);
+      const auto src = pattern(bytes, uint8_t(bytes + round));
+      std::vector<uint8_t> slot(bytes + 64, 0xA5), own(bytes + 64, 0x5A);
+      const bool ownCopied = copier.copyTwice(slot.data() + 1, own.data() + 3, src.data(), bytes);
+      CHECK(std::equal(src.begin(), src.end(), slot.begin() + 1));
+      CHECK((slot[0] == 0xA5 && slot[bytes + 1] == 0xA5 && own[2] == 0x5A && own[bytes + 3] == 0x5A));
+      if (ownCopied) {
+        CHECK(std::equal(src.begin(), src.end(), own.begin() + 3));
+      } else {  // a timed copy: the slot's alone, the own block untouched for the caller
+        CHECK(bytes >= kBig);
+        CHECK(std::all_of(own.begin(), own.end(), [](uint8_t v) { return v == 0x5A; }));
+      }
+      if (mode == SlotStores::kCached || mode == SlotStores::kStreaming || bytes < kBig) {
+        CHECK(ownCopied);  // forced stores, or too small to time: always one pass
+      }
+    }
+  }
+  // Past the chooser's warm-up the auto modes' copies are timed (the slot's copy alone, as copy() records it: at
+  // least the 2 kBig copies after the warm-up; the 65537-byte ones may stream once the average is high); forced
+  // modes never time.
+  if (mode == SlotStores::kAuto || mode == SlotStores::kAutoPerCopy) {
+    CHECK(copier.chooser().samples() >= 2);
+  } else {
+    CHECK(copier.chooser().samples() == 0);
+  }
+}
+
 TEST_CASE("forced modes copy without the chooser", "[copy_in]") {
   const SlotStores mode = GENERATE(SlotStores::kCached, SlotStores::kStreaming);
   SlotCopyIn c(mode);

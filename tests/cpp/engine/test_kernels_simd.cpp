@@ -106,6 +106,46 @@ TEST_CASE("TUNEDIST_SIMD pins the level and rejects bad values", "[shm][kernels]
   if (best != SimdLevel::kAvx512) runChild("avx512", "");  // asks for a level this CPU lacks
 }
 
+TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level and both slot stores",
+          "[shm][kernels]") {
+  LevelReset reset;
+  std::mt19937 rng(11);
+  Bytes src((1 << 20) + 256);
+  for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
+  auto intact = [](const Bytes& d, size_t off, size_t bytes) {
+    bool ok = true;
+    for (size_t g = 0; g < off; ++g) ok &= d[g] == kGuard;
+    for (size_t g = bytes + off; g < d.size(); ++g) ok &= d[g] == kGuard;
+    return ok;
+  };
+  for (SimdLevel l : levelsToTest()) {
+    shm::forceSimdLevel(l);
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{16383}, size_t{16384},
+                         size_t{16384 + 17}, size_t{(1 << 20) + 3}}) {
+      for (size_t srcOff : {0, 3}) {
+        for (size_t sharedOff : {0, 1, 63}) {
+          for (size_t ownOff : {0, 5}) {
+            for (bool stream : {false, true}) {
+              Bytes shared(bytes + sharedOff + kGuardBytes, kGuard), own(bytes + ownOff + kGuardBytes, kGuard);
+              shm::copyBytesTwice(shared.data() + sharedOff, own.data() + ownOff, src.data() + srcOff, bytes, stream);
+              INFO("level " << shm::simdLevelName(l) << " bytes " << bytes << " src+" << srcOff << " shared+"
+                            << sharedOff << " own+" << ownOff << (stream ? " streaming" : " cached"));
+              CHECK(std::memcmp(shared.data() + sharedOff, src.data() + srcOff, bytes) == 0);
+              CHECK(std::memcmp(own.data() + ownOff, src.data() + srcOff, bytes) == 0);
+              CHECK(intact(shared, sharedOff, bytes));
+              CHECK(intact(own, ownOff, bytes));
+            }
+          }
+        }
+      }
+    }
+  }
+  // Overlapping ranges are refused, not half-copied.
+  Bytes buf(4096, kGuard);
+  CHECK_THROWS_WITH(shm::copyBytesTwice(buf.data(), buf.data() + 1024, buf.data() + 100, 2048, false),
+                    Catch::Matchers::Contains("must not overlap"));
+}
+
 TEST_CASE("copyBytes and copyBytesCached copy exactly, at every level", "[shm][kernels]") {
   LevelReset reset;
   std::mt19937 rng(7);

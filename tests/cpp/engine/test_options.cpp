@@ -69,6 +69,12 @@ TEST_CASE("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES sets the broadcasts whose root 
   CHECK(shm::ShmOptions::fromEnv().broadcastStreamBelowBytes == 0);
 }
 
+TEST_CASE("TUNEDIST_FUSED_OWN_COPY_MIN_BYTES sets the all_gather chunks copied in one pass", "[options]") {
+  CHECK(shm::ShmOptions{}.fusedOwnCopyMinBytes == 0);
+  ScopedEnv env("TUNEDIST_FUSED_OWN_COPY_MIN_BYTES", "1048576");
+  CHECK(shm::ShmOptions::fromEnv().fusedOwnCopyMinBytes == 1 * MiB);
+}
+
 TEST_CASE("the cross-host chunk is a quarter of the call within 1-8 MiB unless set", "[options]") {
   shm::CrossHostOptions o;
   CHECK(o.chunkBytesFor(0) == 1 * MiB);
