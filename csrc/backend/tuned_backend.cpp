@@ -168,8 +168,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
 // ProcessGroupNCCL reads them), so a barrier with device_ids goes to the NCCL side, as it would on torch's "nccl".
 // Where no CUDA device is usable (device_ids passed on a CPU machine) it stays a CPU barrier.
 c10::intrusive_ptr<c10d::Work> TunedBackend::barrier(const c10d::BarrierOptions& opts) {
+  static const bool ncclCompiledIn = ncclBuildInfo().compiledIn;
   std::optional<at::Device> device = opts.device;
-  if (!device.has_value() && !opts.device_ids.empty() && ncclBuildInfo().compiledIn && at::hasCUDA()) {
+  if (!device.has_value() && !opts.device_ids.empty() && ncclCompiledIn && at::hasCUDA()) {
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(opts.device_ids.front()));
   }
   return collective("barrier", device).barrier(opts);

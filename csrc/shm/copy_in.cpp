@@ -56,19 +56,22 @@ void SlotCopyIn::copyStreamingUnlessForced(void* dst, const void* src, size_t by
   }
 }
 
-void SlotCopyIn::copy(void* dst, const void* src, size_t bytes) {
+SlotStoreChooser::Next SlotCopyIn::plan(size_t bytes) {
   switch (mode_) {
-    case SlotStores::kCached: copyBytesCached(dst, src, bytes); return;
-    case SlotStores::kStreaming: copyBytes(dst, src, bytes); return;
+    case SlotStores::kCached: return SlotStoreChooser::Next::kCachedUntimed;
+    case SlotStores::kStreaming: return SlotStoreChooser::Next::kStreaming;
     case SlotStores::kAuto:
     case SlotStores::kAutoPerCopy: break;
   }
-  switch (chooser_.next(bytes)) {
+  return chooser_.next(bytes);
+}
+
+void SlotCopyIn::copy(void* dst, const void* src, size_t bytes) {
+  switch (plan(bytes)) {
     case SlotStoreChooser::Next::kCachedUntimed: copyBytesCached(dst, src, bytes); return;
     case SlotStoreChooser::Next::kStreaming: copyBytes(dst, src, bytes); return;
-    case SlotStoreChooser::Next::kCachedTimed: break;
+    case SlotStoreChooser::Next::kCachedTimed: timedCachedCopy(dst, src, bytes); return;
   }
-  timedCachedCopy(dst, src, bytes);
 }
 
 void SlotCopyIn::timedCachedCopy(void* dst, const void* src, size_t bytes) {
@@ -79,18 +82,11 @@ void SlotCopyIn::timedCachedCopy(void* dst, const void* src, size_t bytes) {
 }
 
 bool SlotCopyIn::copyTwice(void* dst, void* own, const void* src, size_t bytes) {
-  switch (mode_) {
-    case SlotStores::kCached: copyBytesTwice(dst, own, src, bytes, false); return true;
-    case SlotStores::kStreaming: copyBytesTwice(dst, own, src, bytes, true); return true;
-    case SlotStores::kAuto:
-    case SlotStores::kAutoPerCopy: break;
-  }
-  switch (chooser_.next(bytes)) {
+  switch (plan(bytes)) {
     case SlotStoreChooser::Next::kCachedUntimed: copyBytesTwice(dst, own, src, bytes, false); return true;
     case SlotStoreChooser::Next::kStreaming: copyBytesTwice(dst, own, src, bytes, true); return true;
-    case SlotStoreChooser::Next::kCachedTimed: break;
+    case SlotStoreChooser::Next::kCachedTimed: timedCachedCopy(dst, src, bytes); return false;
   }
-  timedCachedCopy(dst, src, bytes);
   return false;
 }
 

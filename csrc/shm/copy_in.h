@@ -95,6 +95,9 @@ class SlotCopyIn {
   const SlotStoreChooser& chooser() const { return chooser_; }
 
  private:
+  // How the next copy of `bytes` into the slot goes: the chooser's plan under the auto modes, the forced stores
+  // otherwise (kCached as kCachedUntimed).
+  SlotStoreChooser::Next plan(size_t bytes);
   // A cached copy timed for the chooser (kCachedTimed).
   void timedCachedCopy(void* dst, const void* src, size_t bytes);
 

@@ -41,18 +41,14 @@ FuturePtr runCompressHook(const GroupPtr& group, c10d::GradBucket& bucket, at::S
             c10::TensorType::get());
   }
   const auto options = buffer.options().dtype(dtype);
-  // CPU buffers only: a CUDA future completes once NCCL's work is queued, so a released CUDA buffer could be handed
-  // to the next bucket's compression (on the caller's stream) while NCCL still reads it on its own. CUDA tensors
-  // take the caching allocator, which ProcessGroupNCCL's recordStream keeps stream-safe.
-  const auto reuse = buffer.is_cpu() ? pool : nullptr;
-  at::Tensor compressed = reuse ? reuse->acquire(buffer.numel(), options) : at::empty({buffer.numel()}, options);
+  at::Tensor compressed = pool ? pool->acquire(buffer.numel(), options) : at::empty({buffer.numel()}, options);
   compressInto(compressed, buffer, group->getSize());
   return allreduceSum(group, compressed)
       ->then(
-          [buffer, compressed, reuse](c10::ivalue::Future& fut) {
+          [buffer, compressed, pool](c10::ivalue::Future& fut) {
             at::Tensor bucketBuffer = buffer;
             decompressInto(bucketBuffer, hookResultTensor(fut.value()));
-            if (reuse) reuse->release(compressed);
+            if (pool) pool->release(compressed);
             return c10::IValue(bucketBuffer);
           },
           c10::TensorType::get());

@@ -16,16 +16,13 @@ class LowPrecisionWrapper : public TensorResultHook {
 
   FuturePtr runHook(c10d::GradBucket& bucket) override {
     at::Tensor original = bucket.getBufferRef();
-    // Pooled on the CPU only (see compress_hook.cpp: a CUDA future completes before NCCL has read the buffer).
-    const auto options = original.options().dtype(dtype_);
-    std::shared_ptr<CompressionPool> reuse = original.is_cpu() ? pool_ : nullptr;
-    at::Tensor lowp = reuse ? reuse->acquire(original.numel(), options) : at::empty({original.numel()}, options);
+    at::Tensor lowp = pool_->acquire(original.numel(), original.options().dtype(dtype_));
     compressInto(lowp, original, 1);  // a plain cast: x / 1 is exact
     bucket.setBuffer(lowp);
     FuturePtr fut = inner_->runHook(bucket);
     c10d::CommHookInterface* inner = inner_.get();
     return fut->then(
-        [original, lowp, inner, reuse](c10::ivalue::Future& f) {
+        [original, lowp, inner, pool = pool_](c10::ivalue::Future& f) {
           at::Tensor result = inner->parseHookResult(f.value());
           at::Tensor out = original;
           if (result.scalar_type() == out.scalar_type()) {
@@ -33,7 +30,7 @@ class LowPrecisionWrapper : public TensorResultHook {
           } else {
             decompressInto(out, result);
           }
-          if (reuse) reuse->release(lowp);
+          pool->release(lowp);
           return c10::IValue(out);
         },
         c10::TensorType::get());

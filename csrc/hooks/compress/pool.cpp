@@ -16,6 +16,9 @@ bool sameKind(const at::Tensor& t, const at::TensorOptions& options) {
 }  // namespace
 
 at::Tensor CompressionPool::acquire(int64_t numel, const at::TensorOptions& options) {
+  if (options.device().type() != at::kCPU) {
+    return at::empty({numel}, options);
+  }
   std::lock_guard<std::mutex> guard(mutex_);
   // Smallest free buffer that fits; free buffers of this kind that are too small are dropped (buckets keep
   // their sizes from step to step, so they would not fit later either).
@@ -41,6 +44,9 @@ at::Tensor CompressionPool::acquire(int64_t numel, const at::TensorOptions& opti
 }
 
 void CompressionPool::release(const at::Tensor& tensor) {
+  if (!tensor.is_cpu()) {
+    return;
+  }
   std::lock_guard<std::mutex> guard(mutex_);
   // Back to the whole buffer: a view that starts at the storage's start and spans all of it.
   const int64_t capacity = static_cast<int64_t>(tensor.storage().nbytes()) / static_cast<int64_t>(tensor.itemsize());

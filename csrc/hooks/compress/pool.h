@@ -10,11 +10,15 @@
 
 namespace tunedist::hooks {
 
+// Pools CPU buffers only. A CUDA hook's future completes once NCCL's work is queued, so a CUDA buffer released from
+// its callback could be handed to the next bucket's compression (on the caller's stream) while NCCL still reads it;
+// CUDA tensors come from the caching allocator instead, which ProcessGroupNCCL's recordStream keeps stream-safe.
 class CompressionPool {
  public:
-  // A contiguous tensor of `numel` elements of `options`, reusing a released buffer when one is large enough.
+  // A contiguous tensor of `numel` elements of `options`, reusing a released buffer when one is large enough (on the
+  // CPU; elsewhere a fresh one).
   at::Tensor acquire(int64_t numel, const at::TensorOptions& options);
-  // Gives back a tensor acquire() returned, once nothing reads or writes it any more.
+  // Gives back a tensor acquire() returned, once nothing reads or writes it any more (a non-CPU one is dropped).
   void release(const at::Tensor& tensor);
   int64_t bytes() const;
 
