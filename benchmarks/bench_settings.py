@@ -73,6 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "the all_gather output, the reduce_scatter input")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--target-s", type=float, default=0.05, help="seconds one timed loop aims at")
+    p.add_argument("--min-iters", type=int, default=3, help="calls per timed loop at least, however slow a call")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--json", help="write every round's times here (rank 0)")
     args = p.parse_args(argv)
@@ -83,8 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"need at least two settings with distinct names, got {names}")
     if any(o not in OPS for o in args.ops):
         p.error(f"unknown op in {args.ops}; choose from {', '.join(OPS)}")
-    if args.rounds < 1 or not args.sizes:
-        p.error("need --rounds >= 1 and at least one size")
+    if args.rounds < 1 or args.min_iters < 1 or not args.sizes:
+        p.error("need --rounds >= 1, --min-iters >= 1 and at least one size")
     return args
 
 
@@ -132,7 +133,7 @@ def measure_point(args, comms, op, nbytes, rank, world) -> dict:
         for _ in range(3):
             call()
         est = mean_over_ranks((time.perf_counter() - start) / 3)
-        iters[name] = max(3, min(5000, round(args.target_s / max(est, 1e-9))))
+        iters[name] = max(args.min_iters, min(5000, round(args.target_s / max(est, 1e-9))))
     per_round = {name: [] for name in calls}
     order = list(calls)
     for r in range(args.rounds):

@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import zlib
@@ -182,7 +183,38 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, ba
         except BaseException:  # noqa: BLE001
             if payload.get("ok", False):
                 payload = {"ok": False, "traceback": "destroy_process_group failed:\n" + traceback.format_exc()}
+    _settle_native_threads()
     _write_result(result_path, payload)
+
+
+def _thread_states() -> list[str]:
+    """The scheduler state (R, S, D, ...) of every thread of this process but the calling one."""
+    me, states = threading.get_native_id(), []
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) == me:
+            continue
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        states.append(stat.rsplit(")", 1)[1].split()[0])
+    return states
+
+
+def _settle_native_threads(quiet_polls: int = 3, cap_s: float = 5.0) -> None:
+    """Before the interpreter finalizes, let the other threads finish what they were doing.
+
+    DDP keeps its process group alive past destroy_process_group, so a gloo worker thread still runs at exit, and
+    it may drop its last reference to a finished Work a moment after the rank moved on. When that Work holds a
+    tensor that Python code made (a Python comm hook's, torch's own fp16_compress_hook included), the drop takes
+    the GIL; during finalization that ends the thread by unwinding it, and the process aborts with "terminate
+    called without an active exception" (pytorch/pytorch#179291; reproduced with gloo's threads starved by nice 19
+    against busy loops: 7 of 12 launches). So the rank sleeps, the GIL free, until every other thread sleeps
+    (state S) at `quiet_polls` polls in a row, or `cap_s` passes: a bounded wait, not a check."""
+    deadline, quiet = time.monotonic() + cap_s, 0
+    while quiet < quiet_polls and time.monotonic() < deadline:
+        time.sleep(0.002)
+        quiet = quiet + 1 if all(s == "S" for s in _thread_states()) else 0
 
 
 def _read_result(path: Path) -> dict | None:
