@@ -18,7 +18,12 @@ SlotStoreChooser::Next SlotStoreChooser::next(size_t bytes) {
     sinceProbe_ = 0;
     probeLeft_ = kProbeCopies;
     probeSum_ = 0;
+    return Next::kCachedTimed;
   }
+  if (probeLeft_ == 0 && averaged_ >= kMinSamples && ++sinceTimed_ < kTimeEvery) {
+    return Next::kCachedUntimed;
+  }
+  sinceTimed_ = 0;
   return Next::kCachedTimed;
 }
 

@@ -13,12 +13,17 @@
 //   host in its slow phase: cached 11.0 / 43.5 / 156, streaming 3.1 / 9.5 / 32.9 (copy-in 27-36 ns per line).
 // Inside real calls (torchrun, 2 ranks, 16 KiB) the fast phase's cached copy-in took 2.5-6.5 ns per line.
 //
-// So with kAuto (SlotStoreChooser) each copy-in of at least kTimedMinBytes is timed while copies are cached (after the
-// first kWarmCopies, which fault the slot's pages in); when the per-line cost (a moving average of at least
-// kMinSamples copies) goes above kStreamAboveNsPerLine, copies stream, and after every kProbeEvery streamed copies the
-// next kProbeCopies are timed cached ones: if the last kProbeCounted of them average below kCachedBelowNsPerLine,
-// copies are cached again. A rank decides for its own slot alone: how the bytes got there changes nothing for the
-// reader but its speed.
+// So with kAuto (SlotStoreChooser) copy-ins of at least kTimedMinBytes are timed while copies are cached (after the
+// first kWarmCopies, which fault the slot's pages in): each one until the average holds kMinSamples, then one in
+// kTimeEvery. When the per-line cost (a moving average) goes above kStreamAboveNsPerLine, copies stream, and after
+// every kProbeEvery streamed copies the next kProbeCopies are timed cached ones: if the last kProbeCounted of them
+// average below kCachedBelowNsPerLine, copies are cached again. A rank decides for its own slot alone: how the bytes
+// got there changes nothing for the reader but its speed.
+//
+// Why not time every cached copy: a timed copy must be the slot's copy alone, so all_gather cannot fuse it with its own
+// output block (copyTwice), and at 16 MiB, where copies stay cached, that kept every round unfused: 0.84 of the time
+// with every round fused, 0.97 apart (docs/records/issue14/s22/). One in kTimeEvery still sees a slowdown within
+// a few dozen copies (three samples carry the average from 5 to 19 ns per line).
 //
 // The operations of a single round from 8 KiB (one-shot all_reduce; all_gather, reduce_scatter and broadcast within a
 // slot) choose instead from the whole operation's cost (shm/round_stores.h); this chooser serves the rest (two-shot
@@ -45,6 +50,8 @@ class SlotStoreChooser {
   static constexpr uint32_t kProbeEvery = 64;
   static constexpr uint32_t kProbeCopies = 4;
   static constexpr uint32_t kProbeCounted = 2;
+  // Once the average holds kMinSamples, one cached copy in kTimeEvery is timed (probes while streaming: all).
+  static constexpr uint32_t kTimeEvery = 8;
 
   enum class Next { kCachedUntimed, kCachedTimed, kStreaming };
 
@@ -65,6 +72,8 @@ class SlotStoreChooser {
   uint32_t averaged_ = 0;
   double nsPerLine_ = 0;
   uint32_t sinceProbe_ = 0;
+  // Untimed cached copies since the last timed one (kTimeEvery).
+  uint32_t sinceTimed_ = 0;
   uint32_t probeLeft_ = 0;
   double probeSum_ = 0;
 };

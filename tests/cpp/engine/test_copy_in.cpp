@@ -26,14 +26,22 @@ std::vector<uint8_t> pattern(size_t n, uint8_t salt) {
   return v;
 }
 
-// Past the warm-up, with `n` timed copies of cost `ns` recorded.
+// The next copy, once the cached average holds kMinSamples: kTimeEvery - 1 untimed cached copies come first.
+Next nextSampled(SlotStoreChooser& c) {
+  for (uint32_t i = 1; i < SlotStoreChooser::kTimeEvery; ++i) {
+    REQUIRE(c.next(kBig) == Next::kCachedUntimed);
+  }
+  return c.next(kBig);
+}
+
+// Past the warm-up, with `n` timed copies of cost `ns` recorded (cached all along).
 SlotStoreChooser warmedWith(int n, double ns) {
   SlotStoreChooser c;
   for (uint64_t i = 0; i < SlotStoreChooser::kWarmCopies; ++i) {
     REQUIRE(c.next(kBig) == Next::kCachedUntimed);
   }
   for (int i = 0; i < n; ++i) {
-    REQUIRE(c.next(kBig) == Next::kCachedTimed);
+    REQUIRE((uint32_t(i) < SlotStoreChooser::kMinSamples ? c.next(kBig) : nextSampled(c)) == Next::kCachedTimed);
     c.record(ns);
   }
   return c;
@@ -106,12 +114,29 @@ TEST_CASE("auto: dear copies turn to streaming once the average has enough sampl
 TEST_CASE("auto: cheap copies stay cached, and one copy stretched far beyond the rest does not flip it", "[copy_in]") {
   SlotStoreChooser c = warmedWith(8, 6.5);
   CHECK_FALSE(c.streaming());
-  REQUIRE(c.next(kBig) == Next::kCachedTimed);
+  REQUIRE(nextSampled(c) == Next::kCachedTimed);
   c.record(100000);  // an interrupt in the middle of a copy
   CHECK_FALSE(c.streaming());
-  REQUIRE(c.next(kBig) == Next::kCachedTimed);
+  REQUIRE(nextSampled(c) == Next::kCachedTimed);
   c.record(100000);  // a second one in a row is a trend
   CHECK(c.streaming());
+}
+
+TEST_CASE("auto: once the cached average holds kMinSamples, one copy in kTimeEvery is timed", "[copy_in]") {
+  SlotStoreChooser c = warmedWith(int(SlotStoreChooser::kMinSamples) - 1, 6.5);
+  // The last sample the average needs is timed at once; from then on the copies between samples are not.
+  REQUIRE(c.next(kBig) == Next::kCachedTimed);
+  c.record(6.5);
+  for (int sample = 0; sample < 3; ++sample) {
+    for (uint32_t i = 1; i < SlotStoreChooser::kTimeEvery; ++i) {
+      CHECK(c.next(kBig) == Next::kCachedUntimed);
+      CHECK(c.next(kBig - 1) == Next::kCachedUntimed);  // small copies neither timed nor counted
+    }
+    REQUIRE(c.next(kBig) == Next::kCachedTimed);
+    c.record(6.5);
+  }
+  CHECK(c.samples() == SlotStoreChooser::kMinSamples + 3);
+  CHECK_FALSE(c.streaming());
 }
 
 TEST_CASE("auto: while streaming, a probe every kProbeEvery copies decides on its last copies alone", "[copy_in]") {
@@ -125,7 +150,7 @@ TEST_CASE("auto: while streaming, a probe every kProbeEvery copies decides on it
   probe(c, {38, 37, 3, 2.5});
   CHECK_FALSE(c.streaming());
   CHECK(c.nsPerLine() == Approx(2.75));
-  CHECK(c.next(kBig) == Next::kCachedTimed);
+  CHECK(nextSampled(c) == Next::kCachedTimed);  // the probe counts as a full average: sampled at once
   // Between the thresholds a probe changes nothing.
   c.record(30);
   c.record(30);
@@ -166,6 +191,31 @@ TEST_CASE("copyTwice fills the slot and the own block in one pass unless it time
     CHECK(copier.chooser().samples() >= 2);
   } else {
     CHECK(copier.chooser().samples() == 0);
+  }
+}
+
+TEST_CASE("auto: once the chooser samples, copyTwice fuses all but the one timed copy in kTimeEvery", "[copy_in]") {
+  SlotCopyIn copier(SlotStores::kAuto);
+  const auto src = pattern(kBig, 7);
+  std::vector<uint8_t> slot(kBig), own(kBig);
+  const uint64_t warm = SlotStoreChooser::kWarmCopies + SlotStoreChooser::kMinSamples;
+  uint64_t fusedAfterWarm = 0;
+  for (uint64_t i = 0; i < warm + 3 * SlotStoreChooser::kTimeEvery; ++i) {
+    INFO("copy " << i);
+    std::fill(own.begin(), own.end(), uint8_t(0));
+    const uint32_t samplesBefore = copier.chooser().samples();
+    const bool ownCopied = copier.copyTwice(slot.data(), own.data(), src.data(), kBig);
+    REQUIRE(slot == src);
+    // Exactly the timed copies (those the chooser recorded) leave the own block to the caller.
+    REQUIRE(ownCopied == (copier.chooser().samples() == samplesBefore));
+    REQUIRE((ownCopied ? own == src : std::all_of(own.begin(), own.end(), [](uint8_t v) { return v == 0; })));
+    fusedAfterWarm += (i >= warm && ownCopied) ? 1 : 0;
+  }
+  // Cached all along (this host's copies averaged under the streaming threshold): one copy in kTimeEvery was timed.
+  // Streaming (a slow host, a sanitizer build) fuses every copy but a probe's (kProbeCopies in kProbeEvery).
+  CHECK(fusedAfterWarm + SlotStoreChooser::kProbeCopies >= 3 * SlotStoreChooser::kTimeEvery);
+  if (!copier.streaming() && copier.chooser().samples() == SlotStoreChooser::kMinSamples + 3) {
+    CHECK(fusedAfterWarm == 3 * (SlotStoreChooser::kTimeEvery - 1));
   }
 }
 
