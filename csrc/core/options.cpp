@@ -44,6 +44,9 @@ ShmOptions ShmOptions::fromEnv() {
   if (auto v = envNonNegativeInt("TUNEDIST_FUSED_OWN_COPY_MIN_BYTES")) {
     o.fusedOwnCopyMinBytes = size_t(*v);
   }
+  if (auto v = envNonNegativeInt("TUNEDIST_OWN_CACHED_COPY_MAX_BYTES")) {
+    o.ownCachedCopyMaxBytes = size_t(*v);
+  }
   if (auto v = envString("TUNEDIST_SLOT_STORES")) {
     bool known = false;
     for (SlotStores mode : kAllSlotStores) {

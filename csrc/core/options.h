@@ -72,6 +72,11 @@ struct ShmOptions {
   // over the input (shm/allgather.cpp) instead of two copies; SIZE_MAX keeps the two
   // (TUNEDIST_FUSED_OWN_COPY_MIN_BYTES).
   size_t fusedOwnCopyMinBytes = 0;
+  // An all_gather that receives more than this many bytes (counted as for cachedCopyMaxBytes, whose streaming copies
+  // out then write the peers' blocks) writes its own output block with streaming stores too, fused or not: the output
+  // is larger than the caches either way, and a cached store first reads each line it writes
+  // (TUNEDIST_OWN_CACHED_COPY_MAX_BYTES; SIZE_MAX keeps the own block cached).
+  size_t ownCachedCopyMaxBytes = kDefaultCachedCopyMaxBytes;
   // cachedCopyMaxBytes for the readers of a broadcast, whose only work is that copy, counted over all of them (they
   // share the last-level cache): plain stores leave the output in the shared cache, streaming ones send it to memory,
   // and up to about half a 32 MiB L3 the plain copy wins. Measured on 2 ranks, one job
@@ -104,7 +109,7 @@ struct ShmOptions {
   // TUNEDIST_SPIN_ITERS, TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S,
   // TUNEDIST_SYMMETRIC_MIN_BYTES, TUNEDIST_SYMMETRIC_CHUNK_BYTES, TUNEDIST_SYMMETRIC_HEAP_BYTES,
   // TUNEDIST_CACHED_COPY_MAX_BYTES, TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES, TUNEDIST_BROADCAST_STREAM_BELOW_BYTES,
-  // TUNEDIST_FUSED_OWN_COPY_MIN_BYTES, TUNEDIST_SLOT_STORES where set.
+  // TUNEDIST_FUSED_OWN_COPY_MIN_BYTES, TUNEDIST_OWN_CACHED_COPY_MAX_BYTES, TUNEDIST_SLOT_STORES where set.
   static ShmOptions fromEnv();
   // Throws tunedist::Error when a value is out of range.
   void validate() const;

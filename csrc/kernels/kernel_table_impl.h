@@ -17,7 +17,7 @@ constexpr int kMaxReduceSources = 1 << 16;
 // Arguments are already validated by reduce(): nsrc >= 1, count >= 1, non-null pointers, supported combination.
 using ReduceFn = void (*)(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count);
 using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
-using CopyTwiceFn = void (*)(void* shared, void* own, const void* src, size_t bytes, bool streamShared);
+using CopyTwiceFn = void (*)(void* shared, void* own, const void* src, size_t bytes, bool streamShared, bool streamOwn);
 // See compress_impl.h: fp32 -> fp16/bf16 with the division, and back; `out` may be `in`'s own storage.
 using CompressFn = void (*)(void* out, const void* in, size_t count, float divisor);
 using DecompressFn = void (*)(void* out, const void* in, size_t count);

@@ -169,11 +169,11 @@ void copyBytesCached(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
-void copyBytesTwice(void* shared, void* own, const void* src, size_t bytes, bool streamShared) {
+void copyBytesTwice(void* shared, void* own, const void* src, size_t bytes, bool streamShared, bool streamOwn) {
   if (bytes == 0) return;
   TD_CHECK(!rangesOverlap(shared, src, bytes) && !rangesOverlap(own, src, bytes) && !rangesOverlap(shared, own, bytes),
            "copyBytesTwice: the slot, the own block and the source must not overlap");
-  kernels::activeKernelTable().copyTwice(shared, own, src, bytes, streamShared);
+  kernels::activeKernelTable().copyTwice(shared, own, src, bytes, streamShared, streamOwn);
 }
 
 }  // namespace tunedist::shm

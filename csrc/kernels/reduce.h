@@ -59,10 +59,11 @@ void copyBytes(void* dst, const void* src, size_t bytes);
 void copyBytesCached(void* dst, const void* src, size_t bytes);
 
 // One pass that copies src into both `shared` (our slot, which peers read next: streaming stores from 16 KiB when
-// streamShared, as copyBytes, else cached) and `own` (our own block of an all_gather's output: cached stores), loading
-// each line once. An out-of-place all_gather reads its input for both anyway; measured against the two copies
+// streamShared, as copyBytes, else cached) and `own` (our own block of an all_gather's output: streaming stores from
+// 16 KiB when streamOwn and its address agrees with a streamed `shared`'s modulo 32, else cached), loading each line
+// once. An out-of-place all_gather reads its input for both anyway; measured against the two copies
 // (docs/records/issue14/s21/dual_store_copy.txt, mixed.txt): cached 0.57-0.86 of their time, streaming to the slot
 // 0.61-0.72 (0.53-0.65 in an unloaded run). The three ranges must not overlap.
-void copyBytesTwice(void* shared, void* own, const void* src, size_t bytes, bool streamShared);
+void copyBytesTwice(void* shared, void* own, const void* src, size_t bytes, bool streamShared, bool streamOwn);
 
 }  // namespace tunedist::shm

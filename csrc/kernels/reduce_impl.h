@@ -454,42 +454,63 @@ inline void copyKernel(void* dst, const void* src, size_t bytes) {
 }
 
 // Copies src into `shared` and `own` in one pass (copyBytesTwice in reduce.h): each 128-byte block is loaded once and
-// stored twice; with streamShared (and at least kStreamCopyMinBytes) the stores into `shared` are non-temporal, from
-// its first cache-line boundary on, and an sfence ends them.
-inline void copyTwiceKernel(void* shared, void* own, const void* src, size_t bytes, bool streamShared) {
+// stored twice. A destination asked to stream (at least kStreamCopyMinBytes) gets non-temporal stores from its first
+// cache-line boundary on, and an sfence ends them. Non-temporal stores need aligned destinations, so where both are to
+// stream and their addresses differ modulo 32, `own` is stored cached.
 #if defined(__AVX2__)
-  auto* d = static_cast<char*>(shared);
-  auto* o = static_cast<char*>(own);
-  const auto* s = static_cast<const char*>(src);
-  const bool stream = streamShared && bytes >= kStreamCopyMinBytes;
-  size_t i = 0;
-  if (stream) {
-    i = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
-    std::memcpy(d, s, i);
-    std::memcpy(o, s, i);
-  }
+template <bool kStreamShared, bool kStreamOwn>
+inline size_t copyTwiceBlocks(char* d, char* o, const char* s, size_t i, size_t bytes) {
+  auto store = [](char* p, __m256i v, auto streamed) {
+    if constexpr (decltype(streamed)::value) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+    }
+  };
   for (; i + 128 <= bytes; i += 128) {
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
     const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
     const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    if (stream) {
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
-    }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i + 32), b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i + 64), c);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i + 96), e);
+    const std::integral_constant<bool, kStreamShared> toShared;
+    const std::integral_constant<bool, kStreamOwn> toOwn;
+    store(d + i, a, toShared);
+    store(d + i + 32, b, toShared);
+    store(d + i + 64, c, toShared);
+    store(d + i + 96, e, toShared);
+    store(o + i, a, toOwn);
+    store(o + i + 32, b, toOwn);
+    store(o + i + 64, c, toOwn);
+    store(o + i + 96, e, toOwn);
   }
-  if (stream) {
+  return i;
+}
+#endif
+
+inline void copyTwiceKernel(void* shared, void* own, const void* src, size_t bytes, bool streamShared, bool streamOwn) {
+#if defined(__AVX2__)
+  auto* d = static_cast<char*>(shared);
+  auto* o = static_cast<char*>(own);
+  const auto* s = static_cast<const char*>(src);
+  const bool toShared = streamShared && bytes >= kStreamCopyMinBytes;
+  const bool toOwn = streamOwn && bytes >= kStreamCopyMinBytes &&
+                     (!toShared || ((reinterpret_cast<uintptr_t>(d) ^ reinterpret_cast<uintptr_t>(o)) & 31) == 0);
+  size_t i = 0;
+  if (toShared || toOwn) {
+    i = (64 - (reinterpret_cast<uintptr_t>(toShared ? d : o) & 63)) & 63;
+    std::memcpy(d, s, i);
+    std::memcpy(o, s, i);
+  }
+  if (toShared && toOwn) {
+    i = copyTwiceBlocks<true, true>(d, o, s, i, bytes);
+  } else if (toShared) {
+    i = copyTwiceBlocks<true, false>(d, o, s, i, bytes);
+  } else if (toOwn) {
+    i = copyTwiceBlocks<false, true>(d, o, s, i, bytes);
+  } else {
+    i = copyTwiceBlocks<false, false>(d, o, s, i, bytes);
+  }
+  if (toShared || toOwn) {
     _mm_sfence();
   }
   std::memcpy(d + i, s + i, bytes - i);
@@ -497,6 +518,7 @@ inline void copyTwiceKernel(void* shared, void* own, const void* src, size_t byt
 #else
   copyKernel(shared, src, bytes);  // the portable level's copies are memcpy either way
   (void)streamShared;
+  (void)streamOwn;
   std::memcpy(own, src, bytes);
 #endif
 }

@@ -235,9 +235,15 @@ class ShmComm {
   void gatherTo(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
   void allreduceOneShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
   void allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
-  // Our own block goes straight from input to output; memmove because callers may pass overlapping views.
-  static void copyOwn(void* dst, const void* src, size_t bytes) {
-    if (dst != src && bytes > 0) {
+  // Our own block goes straight from input to output; memmove because callers may pass overlapping views. With
+  // `stream` (the caller's ranges do not overlap) the block is written with streaming stores (copyBytes).
+  static void copyOwn(void* dst, const void* src, size_t bytes, bool stream = false) {
+    if (dst == src || bytes == 0) {
+      return;
+    }
+    if (stream) {
+      copyBytes(dst, src, bytes);
+    } else {
       std::memmove(dst, src, bytes);
     }
   }
@@ -252,14 +258,15 @@ class ShmComm {
       copyBytesCached(dst, src, n);
     }
   }
-  // copyIntoSlot(dst, src, n) plus our own output block `own` (an all_gather's), in one pass over src where the slot's
-  // stores allow (SlotCopyIn::copyTwice; a RoundStores in scope fixes them). Returns whether `own` was copied (not
-  // when the per-copy chooser times the slot's copy: the caller copies it after publishing). No overlaps.
-  bool copyIntoSlotAndOwn(void* dst, void* own, const void* src, size_t n) {
+  // copyIntoSlot(dst, src, n) plus our own output block `own` (an all_gather's; streaming stores when `streamOwn`), in
+  // one pass over src where the slot's stores allow (SlotCopyIn::copyTwice; a RoundStores in scope fixes them).
+  // Returns whether `own` was copied (not when the per-copy chooser times the slot's copy: the caller copies it after
+  // publishing). No overlaps.
+  bool copyIntoSlotAndOwn(void* dst, void* own, const void* src, size_t n, bool streamOwn) {
     if (roundStreaming_ < 0) {
-      return slotCopy_.copyTwice(dst, own, src, n);
+      return slotCopy_.copyTwice(dst, own, src, n, streamOwn);
     }
-    copyBytesTwice(dst, own, src, n, roundStreaming_ > 0);
+    copyBytesTwice(dst, own, src, n, roundStreaming_ > 0, streamOwn);
     return true;
   }
   // For the length of one single-round operation under SlotStores::kAuto with peers (`active`) and `bytes` (what this

@@ -86,10 +86,10 @@ void SlotCopyIn::timedCachedCopy(void* dst, const void* src, size_t bytes) {
   chooser_.record(double(ns.count()) / double((bytes + 63) / 64));
 }
 
-bool SlotCopyIn::copyTwice(void* dst, void* own, const void* src, size_t bytes) {
+bool SlotCopyIn::copyTwice(void* dst, void* own, const void* src, size_t bytes, bool streamOwn) {
   switch (plan(bytes)) {
-    case SlotStoreChooser::Next::kCachedUntimed: copyBytesTwice(dst, own, src, bytes, false); return true;
-    case SlotStoreChooser::Next::kStreaming: copyBytesTwice(dst, own, src, bytes, true); return true;
+    case SlotStoreChooser::Next::kCachedUntimed: copyBytesTwice(dst, own, src, bytes, false, streamOwn); return true;
+    case SlotStoreChooser::Next::kStreaming: copyBytesTwice(dst, own, src, bytes, true, streamOwn); return true;
     case SlotStoreChooser::Next::kCachedTimed: timedCachedCopy(dst, src, bytes); return false;
   }
   return false;

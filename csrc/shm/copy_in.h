@@ -85,12 +85,12 @@ class SlotCopyIn {
   // Copies `bytes` from `src` into our slot at `dst`; streaming copies end with an sfence, so the caller's release
   // store (publish) orders them.
   void copy(void* dst, const void* src, size_t bytes);
-  // copy() into our slot at `dst` plus a cached copy into `own` (all_gather's own output block), in one pass
-  // (copyBytesTwice) where the slot's stores are known without timing them: forced, streaming, or an untimed cached
-  // copy; returns true then. A copy the chooser times (kCachedTimed) copies the slot alone, so the time per line it
-  // records is the slot's, and returns false: the caller copies `own` after publishing, as without this call. No
-  // range may overlap another.
-  bool copyTwice(void* dst, void* own, const void* src, size_t bytes);
+  // copy() into our slot at `dst` plus a copy into `own` (all_gather's own output block; streaming stores when
+  // `streamOwn`), in one pass (copyBytesTwice) where the slot's stores are known without timing them: forced,
+  // streaming, or an untimed cached copy; returns true then. A copy the chooser times (kCachedTimed) copies the slot
+  // alone, so the time per line it records is the slot's, and returns false: the caller copies `own` after
+  // publishing, as without this call. No range may overlap another.
+  bool copyTwice(void* dst, void* own, const void* src, size_t bytes, bool streamOwn);
   // The same copy with streaming stores under kAuto, neither timed nor counted by the chooser: for a slot that only
   // the peers read, where the caller knows streaming is the faster (ShmOptions::broadcastStreamBelowBytes).
   // kCached and kStreaming stay forced.

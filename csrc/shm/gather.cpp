@@ -33,6 +33,10 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
   // publishing: when ranks are in step, the pass costs less than the two copies it replaces (shm/copy_in.h).
   const bool writesSlot = (all || rank_ != root) && size_ > 1;
   const bool fused = writesSlot && ownEarly && own != src && bytes >= options_.fusedOwnCopyMinBytes;
+  // What the operation receives decides the stores of its output: the peers' blocks stream above cachedCopyMaxBytes
+  // (copyOut), our own block above ownCachedCopyMaxBytes (where the ranges allow: not for the overlapping late copy).
+  const size_t received = bytes * size_t(size_ - 1);
+  const bool streamOwn = ownEarly && received > options_.ownCachedCopyMaxBytes;
   const size_t chunk = options_.slotBytes;
   // An all_gather of one round: every rank writes and reads slots, and the stores are its RoundStoreChooser's.
   RoundStores stores(*this, kOneRoundAllgather, bytes, all && size_ > 1 && bytes <= chunk);
@@ -42,20 +46,20 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
     // With no peer (a group of one) nobody reads the slot.
     bool ownCopied = false;
     if (fused) {
-      ownCopied = copyIntoSlotAndOwn(slot(rank_, b), own + off, src + off, n);
+      ownCopied = copyIntoSlotAndOwn(slot(rank_, b), own + off, src + off, n, streamOwn);
     } else if (writesSlot) {
       copyIntoSlot(slot(rank_, b), src + off, n);
     }
     // Step 1/1: our slot holds bytes [off, off+n) of our input.
     const uint64_t step = publish(ctx);
     if (ownEarly && !ownCopied) {
-      copyOwn(own + off, src + off, n);
+      copyOwn(own + off, src + off, n, streamOwn);
     }
     waitAll(ctx, step);
     if (receive) {
       for (int p = 0; p < size_; ++p) {
         if (p != rank_) {
-          copyOut(static_cast<char*>(outs[p]) + off, slot(p, b), n, bytes * size_t(size_ - 1));
+          copyOut(static_cast<char*>(outs[p]) + off, slot(p, b), n, received);
         }
       }
     }

@@ -230,9 +230,13 @@ TEST_CASE("all_gather and gather deliver every rank's block", "[shm][all_gather]
   const bool defaults = GENERATE(false, true);
   // The own block in the copy-in's pass (the default from 0 bytes), or in a copy of its own.
   const bool fused = GENERATE(true, false);
+  // The own block's stores: streaming whenever the ranges allow (0), cached always (SIZE_MAX), or the default rule.
+  const size_t ownCachedMax = GENERATE(size_t(0), SIZE_MAX, shm::ShmOptions::kDefaultCachedCopyMaxBytes);
   Profile prof = profile(defaults);
   if (!fused) prof.options.fusedOwnCopyMinBytes = SIZE_MAX;
-  INFO("world size " << size << ", slot bytes " << prof.options.slotBytes << (fused ? ", fused" : ", own copy apart"));
+  prof.options.ownCachedCopyMaxBytes = ownCachedMax;
+  INFO("world size " << size << ", slot bytes " << prof.options.slotBytes << (fused ? ", fused" : ", own copy apart")
+                     << ", own block cached up to " << ownCachedMax << " bytes received");
   ShmLeakCheck leaks;
   runGroup(size, prof.options, [&](Peer& p) {
     for (size_t bytes : prof.counts) {

@@ -163,14 +163,15 @@ TEST_CASE("auto: while streaming, a probe every kProbeEvery copies decides on it
 TEST_CASE("copyTwice fills the slot and the own block in one pass unless it times the slot's copy", "[copy_in]") {
   const SlotStores mode = GENERATE(SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming,
                                    SlotStores::kAutoPerCopy);
+  const bool streamOwn = GENERATE(false, true);
   SlotCopyIn copier(mode);
   for (size_t bytes : {size_t(0), size_t(63), kBig, size_t(65537)}) {
     // Enough copies to pass the warm-up, so kAuto's timed copies (apart from the own block's) run too.
     for (uint64_t round = 0; round < SlotStoreChooser::kWarmCopies + 2; ++round) {
-      INFO("mode " << int(mode) << ", " << bytes << " bytes, copy " << round);
+      INFO("mode " << int(mode) << ", " << bytes << " bytes, copy " << round << (streamOwn ? ", own streaming" : ""));
       const auto src = pattern(bytes, uint8_t(bytes + round));
       std::vector<uint8_t> slot(bytes + 64, 0xA5), own(bytes + 64, 0x5A);
-      const bool ownCopied = copier.copyTwice(slot.data() + 1, own.data() + 3, src.data(), bytes);
+      const bool ownCopied = copier.copyTwice(slot.data() + 1, own.data() + 3, src.data(), bytes, streamOwn);
       CHECK(std::equal(src.begin(), src.end(), slot.begin() + 1));
       CHECK((slot[0] == 0xA5 && slot[bytes + 1] == 0xA5 && own[2] == 0x5A && own[bytes + 3] == 0x5A));
       if (ownCopied) {
@@ -204,7 +205,7 @@ TEST_CASE("auto: once the chooser samples, copyTwice fuses all but the one timed
     INFO("copy " << i);
     std::fill(own.begin(), own.end(), uint8_t(0));
     const uint32_t samplesBefore = copier.chooser().samples();
-    const bool ownCopied = copier.copyTwice(slot.data(), own.data(), src.data(), kBig);
+    const bool ownCopied = copier.copyTwice(slot.data(), own.data(), src.data(), kBig, false);
     REQUIRE(slot == src);
     // Exactly the timed copies (those the chooser recorded) leave the own block to the caller.
     REQUIRE(ownCopied == (copier.chooser().samples() == samplesBefore));

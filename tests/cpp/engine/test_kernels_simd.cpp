@@ -106,7 +106,7 @@ TEST_CASE("TUNEDIST_SIMD pins the level and rejects bad values", "[shm][kernels]
   if (best != SimdLevel::kAvx512) runChild("avx512", "");  // asks for a level this CPU lacks
 }
 
-TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level and both slot stores",
+TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level and store mode of each",
           "[shm][kernels]") {
   LevelReset reset;
   std::mt19937 rng(11);
@@ -125,11 +125,15 @@ TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level 
       for (size_t srcOff : {0, 3}) {
         for (size_t sharedOff : {0, 1, 63}) {
           for (size_t ownOff : {0, 5}) {
-            for (bool stream : {false, true}) {
+            for (int stores = 0; stores < 4; ++stores) {
+              // Each destination cached or streaming; both streaming with own+5 and shared+0/63 leaves own cached.
+              const bool stream = (stores & 1) != 0, streamOwn = (stores & 2) != 0;
               Bytes shared(bytes + sharedOff + kGuardBytes, kGuard), own(bytes + ownOff + kGuardBytes, kGuard);
-              shm::copyBytesTwice(shared.data() + sharedOff, own.data() + ownOff, src.data() + srcOff, bytes, stream);
+              shm::copyBytesTwice(shared.data() + sharedOff, own.data() + ownOff, src.data() + srcOff, bytes, stream,
+                                  streamOwn);
               INFO("level " << shm::simdLevelName(l) << " bytes " << bytes << " src+" << srcOff << " shared+"
-                            << sharedOff << " own+" << ownOff << (stream ? " streaming" : " cached"));
+                            << sharedOff << " own+" << ownOff << (stream ? " slot streaming" : " slot cached")
+                            << (streamOwn ? ", own streaming" : ", own cached"));
               CHECK(std::memcmp(shared.data() + sharedOff, src.data() + srcOff, bytes) == 0);
               CHECK(std::memcmp(own.data() + ownOff, src.data() + srcOff, bytes) == 0);
               CHECK(intact(shared, sharedOff, bytes));
@@ -142,7 +146,7 @@ TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level 
   }
   // Overlapping ranges are refused, not half-copied.
   Bytes buf(4096, kGuard);
-  CHECK_THROWS_WITH(shm::copyBytesTwice(buf.data(), buf.data() + 1024, buf.data() + 100, 2048, false),
+  CHECK_THROWS_WITH(shm::copyBytesTwice(buf.data(), buf.data() + 1024, buf.data() + 100, 2048, false, false),
                     Catch::Matchers::Contains("must not overlap"));
 }
 

@@ -75,6 +75,12 @@ TEST_CASE("TUNEDIST_FUSED_OWN_COPY_MIN_BYTES sets the all_gather chunks copied i
   CHECK(shm::ShmOptions::fromEnv().fusedOwnCopyMinBytes == 1 * MiB);
 }
 
+TEST_CASE("TUNEDIST_OWN_CACHED_COPY_MAX_BYTES sets where all_gather's own block streams", "[options]") {
+  CHECK(shm::ShmOptions{}.ownCachedCopyMaxBytes == shm::ShmOptions{}.cachedCopyMaxBytes);
+  ScopedEnv env("TUNEDIST_OWN_CACHED_COPY_MAX_BYTES", "0");
+  CHECK(shm::ShmOptions::fromEnv().ownCachedCopyMaxBytes == 0);
+}
+
 TEST_CASE("the cross-host chunk is a quarter of the call within 1-8 MiB unless set", "[options]") {
   shm::CrossHostOptions o;
   CHECK(o.chunkBytesFor(0) == 1 * MiB);
