@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -142,6 +143,23 @@ TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level 
           }
         }
       }
+    }
+  }
+  // Both destinations streaming needs their addresses to agree modulo 32: from 64-byte aligned buffers, offsets
+  // that agree (0/0, 1/33, 63/31) take that path, and the copies are still exact.
+  for (SimdLevel l : levelsToTest()) {
+    shm::forceSimdLevel(l);
+    for (auto [sharedOff, ownOff] : {std::pair<size_t, size_t>{0, 0}, {1, 33}, {63, 31}}) {
+      const size_t bytes = (1 << 16) + 77;
+      alignas(64) static uint8_t shared[(1 << 16) + 256], own[(1 << 16) + 256];
+      std::memset(shared, kGuard, sizeof shared);
+      std::memset(own, kGuard, sizeof own);
+      shm::copyBytesTwice(shared + sharedOff, own + ownOff, src.data(), bytes, true, true);
+      INFO("level " << shm::simdLevelName(l) << " shared+" << sharedOff << " own+" << ownOff);
+      CHECK(std::memcmp(shared + sharedOff, src.data(), bytes) == 0);
+      CHECK(std::memcmp(own + ownOff, src.data(), bytes) == 0);
+      CHECK(intact(Bytes(shared, shared + sizeof shared), sharedOff, bytes));
+      CHECK(intact(Bytes(own, own + sizeof own), ownOff, bytes));
     }
   }
   // Overlapping ranges are refused, not half-copied.
