@@ -404,6 +404,23 @@ void reduceKernel(const ReduceArgs& args, void* out, const void* const* srcs, in
 // ---- Copy. ----
 
 #if defined(__AVX2__)
+// Stores one 128-byte block (four vectors) at p: non-temporal stores (p 32-byte aligned) or plain ones.
+template <bool kStream>
+inline void storeBlock(char* p, __m256i a, __m256i b, __m256i c, __m256i e) {
+  auto* q = reinterpret_cast<__m256i*>(p);
+  if constexpr (kStream) {
+    _mm256_stream_si256(q, a);
+    _mm256_stream_si256(q + 1, b);
+    _mm256_stream_si256(q + 2, c);
+    _mm256_stream_si256(q + 3, e);
+  } else {
+    _mm256_storeu_si256(q, a);
+    _mm256_storeu_si256(q + 1, b);
+    _mm256_storeu_si256(q + 2, c);
+    _mm256_storeu_si256(q + 3, e);
+  }
+}
+
 // dst is read next by another process (a shared-memory slot). Non-temporal stores skip the read-for-ownership of
 // lines the readers still hold and do not leave dst dirty in this core's cache, where a reader on another core
 // would have to snoop it out. The sfence orders the streamed stores before the caller's release store that
@@ -420,10 +437,7 @@ inline void streamCopy(void* dst, const void* src, size_t bytes) {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
     const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
     const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+    storeBlock<true>(d + i, a, b, c, e);
   }
   _mm_sfence();
   std::memcpy(d + i, s + i, bytes - i);
@@ -460,28 +474,13 @@ inline void copyKernel(void* dst, const void* src, size_t bytes) {
 #if defined(__AVX2__)
 template <bool kStreamShared, bool kStreamOwn>
 inline size_t copyTwiceBlocks(char* d, char* o, const char* s, size_t i, size_t bytes) {
-  auto store = [](char* p, __m256i v, auto streamed) {
-    if constexpr (decltype(streamed)::value) {
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
-    }
-  };
   for (; i + 128 <= bytes; i += 128) {
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
     const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
     const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    const std::integral_constant<bool, kStreamShared> toShared;
-    const std::integral_constant<bool, kStreamOwn> toOwn;
-    store(d + i, a, toShared);
-    store(d + i + 32, b, toShared);
-    store(d + i + 64, c, toShared);
-    store(d + i + 96, e, toShared);
-    store(o + i, a, toOwn);
-    store(o + i + 32, b, toOwn);
-    store(o + i + 64, c, toOwn);
-    store(o + i + 96, e, toOwn);
+    storeBlock<kStreamShared>(d + i, a, b, c, e);
+    storeBlock<kStreamOwn>(o + i, a, b, c, e);
   }
   return i;
 }
