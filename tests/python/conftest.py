@@ -1,6 +1,6 @@
 """pytest setup for tests/python.
 
-* ``tests/python`` is importable (``from dist_utils import launch``), also for spawned children.
+* ``tests/python`` is importable (``from dist_utils import launch``), also for the ranks (dist_utils.START_METHOD).
 * The source tree's ``python/`` directory is put on sys.path only when no tunedist is installed, so CI tests the
   installed package while a developer tree (``/tmp/inplace_build.sh`` or ``PYTHONPATH=python``) works too.
 * Every test must leave no ``/dev/shm/tunedist_*`` entry behind.
@@ -21,7 +21,7 @@ if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 if importlib.util.find_spec("tunedist") is None and (_REPO_PYTHON / "tunedist").is_dir():
     sys.path.insert(0, str(_REPO_PYTHON))
-    # Spawned children get sys.path from multiprocessing, but subprocesses started by tests need it too.
+    # The ranks get sys.path from multiprocessing, but subprocesses started by tests need it too.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_PYTHON), os.environ.get("PYTHONPATH")]))
 
 from dist_utils import shm_entries  # noqa: E402

@@ -3,11 +3,13 @@
     from dist_utils import launch
     results = launch(4, _check_allreduce, torch.float32)   # [fn(0, 4, torch.float32), ..., fn(3, 4, ...)]
 
-``fn`` must be a module-level function (it is pickled by reference into ``spawn``-ed children). Each child
-imports tunedist, joins a process group over ``tcp://127.0.0.1:<free port>`` (unless ``init=False``), calls
-``fn(rank, world_size, *args)``, always destroys the group, and hands its return value back to the parent through a
-file (``torch.save``, so tensors are fine). The parent raises :class:`LaunchError` with every failing rank's
-traceback, and kills all children when the overall ``timeout_s`` passes, so a hang never blocks the suite.
+``fn`` must be a module-level function (it is pickled by reference into the children). Children are forked from a
+torch.multiprocessing fork server that imported torch and tunedist once (see START_METHOD), and each starts with
+exactly the environment a spawned child would have. Each child joins a process group over
+``tcp://127.0.0.1:<free port>`` (unless ``init=False``), calls ``fn(rank, world_size, *args)``, always destroys the
+group, and hands its return value back to the parent through a file (``torch.save``, so tensors are fine). The
+parent raises :class:`LaunchError` with every failing rank's traceback, and kills all children when the overall
+``timeout_s`` passes, so a hang never blocks the suite.
 
 Also here: ``make_input``/``reference``/``mismatch``, deterministic inputs and bit-exact reference reductions
 that the collective tests compute inside the ranks; ``expect_error`` (a call must raise) and ``assert_no_new_shm``
@@ -45,6 +47,16 @@ import torch.multiprocessing as mp
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "tunedist_"
+
+# How ranks start. A spawned child imports torch before it runs anything: ~3 s of CPU, paid by every rank of every
+# launch, side by side on a 2-core machine. The fork server imports torch and tunedist once (PRELOAD) and forks each
+# child from there; the child then takes the environment a spawned one would have had (the parent's os.environ at
+# launch, plus the rank's variables and `env`) before it runs anything of the test, and reads TORCH_DISTRIBUTED_DEBUG
+# again (torch.distributed reads it at import). A launch that sets a variable read only at import (IMPORT_TIME_ENV)
+# spawns its ranks. TUNEDIST_TEST_START_METHOD=spawn spawns every launch's ranks.
+START_METHOD = os.environ.get("TUNEDIST_TEST_START_METHOD", "forkserver")
+IMPORT_TIME_ENV = ("TORCH_DISTRIBUTED_USE_TORCHCOMMS", "TUNEDIST_FLIGHT_RECORDER", "TORCH_LOGS", "TORCH_CPP_LOG_LEVEL")
+PRELOAD = ["torch", "torch.distributed", "tunedist", "dist_utils"]
 
 DEFAULT_TIMEOUT_S = 240.0
 # How long a group's waits may last inside the backend before it reports a timeout. Well below the launch timeout,
@@ -154,16 +166,24 @@ def _write_result(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+def _context(env: dict | None):
+    """The torch.multiprocessing context a launch's ranks start from (see START_METHOD)."""
+    method = "spawn" if any(k in (env or {}) for k in IMPORT_TIME_ENV) else START_METHOD
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, backend: str, init: bool,
-            pg_timeout_s: float, result_dir: str, env: dict | None) -> None:
+            pg_timeout_s: float, result_dir: str, environ: dict[str, str]) -> None:
     result_path = Path(result_dir) / f"rank{rank}.pt"
     payload: dict[str, Any]
     try:
-        for k, v in (env or {}).items():  # already set at spawn; again here for anything that reset it
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = str(v)
+        # Exactly the environment a spawned child gets: a forked one inherited the fork server's.
+        os.environ.clear()
+        os.environ.update(environ)
+        dist.set_debug_level_from_env()
         torch.set_num_threads(1)  # N ranks on a small machine: no intra-op thread oversubscription
         # The launcher sends SIGUSR1 before killing a straggler: every thread's Python stack goes to stderr.
         faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -245,7 +265,7 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
     if os.environ.get("TUNEDIST_TEST_PG_TIMEOUT_S"):
         pg_timeout_s = min(pg_timeout_s, float(os.environ["TUNEDIST_TEST_PG_TIMEOUT_S"]))
     assert world_size >= 1
-    ctx = mp.get_context("spawn")
+    ctx = _context(env)
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="tunedist_launch_") as result_dir:
         paths = [Path(result_dir) / f"rank{r}.pt" for r in range(world_size)]
@@ -254,10 +274,12 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
         try:
             for rank in range(world_size):
                 child_env = {**base_env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(env or {})}
+                with patched_environ(child_env):
+                    environ = dict(os.environ)
                 p = ctx.Process(target=_worker, name=f"tunedist-rank{rank}",
                                 args=(rank, world_size, port, fn, args, backend, init, pg_timeout_s, result_dir,
-                                      env))
-                with patched_environ(child_env):
+                                      environ))
+                with patched_environ(child_env):  # a spawned child inherits it; a forked one sets it itself
                     p.start()
                 procs.append(p)
             killed = _wait(procs, paths, timeout_s, failure_grace_s)

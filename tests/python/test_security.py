@@ -24,8 +24,10 @@ from fault_workers import read_results, run_torchrun
 LAUNCH_TIMEOUT_S = 120.0
 # The backend's own key (csrc/shm/comm.cpp kSegmentKey) under which rank 0 announces the segment's name.
 SEGMENT_KEY = "tunedist_shm_segment"
-# ShmSegment::create sweeps only names at least this old (csrc/shm/segment.cpp).
-SWEEP_MIN_AGE_S = 30
+# ShmSegment::create sweeps only names at least ShmOptions::sweepMinAge old (30 s by default; csrc/shm/segment.cpp,
+# whose Catch2 test checks that a younger name is spared). The next job here sets it lower, so that it waits 3 s
+# for the stale name instead of 31.
+SWEEP_MIN_AGE_S = 2
 
 
 def _segment_name_from_store(timeout_s: float = 60.0) -> str:
@@ -111,13 +113,15 @@ def _next_job_worker(rank: int, world_size: int, stale: str) -> bool:
 
 def test_stale_segment_of_killed_job_is_swept_by_next_job():
     """A creator killed before its peers attached leaves its name; the next job's start-up sweep removes it. The
-    sweep spares names younger than 30 s (they may belong to a job being set up), so the next job waits for that."""
+    sweep spares names younger than TUNEDIST_SWEEP_MIN_AGE_S (they may belong to a job being set up), so the next
+    job, which sets it to 2 s, waits for that."""
     results = launch(2, _orphan_worker, timeout_s=LAUNCH_TIMEOUT_S, return_exceptions=True)
     assert isinstance(results[0], RankFailure) and results[0].exitcode == -signal.SIGKILL, str(results[0])
     name = results[1]
     assert isinstance(name, str), str(name)
     assert (SHM_DIR / name).exists(), f"{name}: expected the killed creator to leave its name behind"
-    still_there = launch(2, _next_job_worker, name, timeout_s=LAUNCH_TIMEOUT_S)
+    still_there = launch(2, _next_job_worker, name, timeout_s=LAUNCH_TIMEOUT_S,
+                         env={"TUNEDIST_SWEEP_MIN_AGE_S": str(SWEEP_MIN_AGE_S)})
     assert still_there == [False, False], f"{name} survived the next job's start-up sweep"
 
 

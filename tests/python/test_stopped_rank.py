@@ -2,9 +2,11 @@
 
 A rank stopped with SIGSTOP (what a debugger attach, ``py-spy dump``, ``docker pause``, the cgroup freezer or a
 scheduler's preemption signal do) keeps its life lock (csrc/core/sync.h), so its peers wait for it like for any slow
-rank. Here rank 0 stops the victim for 3 s and for 10 s while a peer waits for it inside the one-shot and two-shot
-all_reduce, a send/recv, and the cross-host all_reduce of two simulated hosts, then lets it continue: every
-operation completes with the right result. A rank stopped past the group's timeout gives the timeout error that
+rank. Here rank 0 stops the victim while a peer waits for it inside the one-shot and two-shot all_reduce and a
+send/recv (3 s), and the cross-host all_reduce of two simulated hosts (10 s), then lets it continue:
+every operation completes with the right result. Both stops are several times the 1 s after which a silent
+heartbeat would count (TUNEDIST_DEAD_AFTER_MS, consulted only where the life lock cannot tell), so each path is
+checked once rather than at both lengths. A rank stopped past the group's timeout gives the timeout error that
 names it, not "dead". No test asserts a speed; the group timeout (300 s) is far above the stops.
 """
 
@@ -142,7 +144,7 @@ def _past_timeout_worker(rank: int, world_size: int) -> str:
     return message
 
 
-@pytest.mark.parametrize("stop_s", [3.0, 10.0])
+@pytest.mark.parametrize("stop_s", [3.0])
 def test_stopped_rank_is_slow_not_dead_on_one_host(stop_s):
     waited = launch(2, _one_host_worker, stop_s, pg_timeout_s=GROUP_TIMEOUT_S, timeout_s=LAUNCH_TIMEOUT_S)[0]
     assert set(waited) == {"one_shot", "two_shot", "p2p"}
@@ -151,7 +153,7 @@ def test_stopped_rank_is_slow_not_dead_on_one_host(stop_s):
         assert seconds >= stop_s - SETTLE_S - 0.5, f"{path}: waited only {seconds:.2f} s for a {stop_s} s stop"
 
 
-@pytest.mark.parametrize("stop_s", [3.0, 10.0])
+@pytest.mark.parametrize("stop_s", [10.0])
 def test_stopped_rank_is_slow_not_dead_across_hosts(stop_s):
     waited = launch(4, _cross_host_worker, stop_s, init=False, timeout_s=LAUNCH_TIMEOUT_S)[0]
     assert waited["cross_host"] >= stop_s - SETTLE_S - 0.5, waited
