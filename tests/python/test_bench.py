@@ -386,23 +386,32 @@ def test_fsdp_symmetric_benchmark_runs_zero_copy_with_equal_losses(tmp_path):
     assert "losses: EQUAL" in text and "WARNING" not in text
 
 
-@pytest.mark.parametrize("symmetric,fresh", [(False, False), (True, True)], ids=["plain", "symmetric_fresh"])
+@pytest.mark.parametrize("symmetric,fresh", [(False, False), (True, True)], ids=["plain_floor", "symmetric_fresh"])
 def test_ab_builds_benchmark_checks_and_compares(tmp_path, symmetric, fresh):
     """benchmarks/bench_ab_builds.py, shrunk: every point is checked against its closed form (a wrong result fails
-    the run) and timed; --compare of a run against itself gives ratio 1 at every point."""
+    the run) and timed; --compare of a run against itself gives ratio 1 at every point. The plain run also times
+    each point's floor (a local stand-in, its result checked too), and --compare sets 2x against it."""
     out = tmp_path / "ab.json"
+    floor = not symmetric
     _torchrun("benchmarks/bench_ab_builds.py", "--sizes", "64K,1M", "--rounds", "1", "--json", str(out),
-              *(["--symmetric"] if symmetric else []), *(["--fresh"] if fresh else []))
+              *(["--symmetric"] if symmetric else []), *(["--fresh"] if fresh else []), *(["--floor"] if floor else []))
     data = json.loads(out.read_text())
     assert data["symmetric"] is symmetric and data["fresh"] is fresh and data["world_size"] == 2
     ops = ("all_gather oop", "all_gather ip", "reduce_scatter oop", "broadcast")
-    assert sorted(data["points"]) == sorted(f"{op} {n}" for op in ops for n in (65536, 1 << 20))
+    keys = [f"{op} {n}" for op in ops for n in (65536, 1 << 20)]
+    assert sorted(data["points"]) == sorted(keys + [f"floor {k}" for k in keys if floor])
     assert all(p["p50_us"] > 0 and len(p["rounds_us"]) == 1 for p in data["points"].values())
     proc = subprocess.run([sys.executable, "benchmarks/bench_ab_builds.py", "--compare", str(out), str(out)],
                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
-    rows = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+    rows = [line for line in proc.stdout.splitlines() if "A/B" in line and not line.startswith("#")]
     assert len(rows) == 8 and all("A/B  1.00" in line for line in rows), proc.stdout
+    floor_rows = [line.split() for line in proc.stdout.splitlines() if " A/2 " in line and not line.startswith("#")]
+    assert len(floor_rows) == (8 if floor else 0), proc.stdout
+    for row in floor_rows:  # "<op words> <bytes> F f A/2 h B/F r F range [..] verdict"
+        f, half = float(row[row.index("F") + 1]), float(row[row.index("A/2") + 1])
+        assert ("under F" in " ".join(row)) == (half < f), row
+        assert float(row[row.index("B/F") + 1]) == pytest.approx(2 * half / f, rel=0.02, abs=0.01), row
 
 
 def test_settings_benchmark_applies_each_setting_and_pairs_the_rounds(tmp_path):
