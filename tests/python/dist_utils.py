@@ -38,6 +38,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,8 @@ def _context(env: dict | None):
     ctx = mp.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
+        # Started here, if it is not running yet, with the parent's environment as it is, not as patched for a rank.
+        forkserver.ensure_running()
     return ctx
 
 
