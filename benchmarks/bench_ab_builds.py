@@ -140,17 +140,13 @@ def make_floors(nbytes: int, rank: int, world: int) -> dict:
     return floors
 
 
-def _timed_rounds(call, iters: int, rounds: int, reduce_op) -> list[float]:
-    """Per round: a barrier, then each rank's median µs per call over `iters`, combined over ranks by `reduce_op`
-    (SUM, divided by the world size: the mean; or MAX)."""
-    world = dist.get_world_size()
-    per_round = []
-    for _ in range(rounds):
-        dist.barrier()
-        t = torch.tensor([per_call_us(call, iters)], dtype=torch.float64)
-        dist.all_reduce(t, op=reduce_op)
-        per_round.append(t.item() / (world if reduce_op == dist.ReduceOp.SUM else 1))
-    return per_round
+def _timed_round(call, iters: int, reduce_op) -> float:
+    """A barrier, then each rank's median µs per call over `iters`, combined over ranks by `reduce_op` (SUM, divided
+    by the world size: the mean; or MAX: the slowest rank)."""
+    dist.barrier()
+    t = torch.tensor([per_call_us(call, iters)], dtype=torch.float64)
+    dist.all_reduce(t, op=reduce_op)
+    return t.item() / (dist.get_world_size() if reduce_op == dist.ReduceOp.SUM else 1)
 
 
 def _check(key: str, nbytes: int, call, check) -> None:
@@ -178,10 +174,10 @@ def measure(sizes, rounds: int, empty=torch.empty, fresh: bool = False, floor: b
             # The floor's rounds alternate with the operation's, so the two see the same phase of the host; each
             # round's floor is its fastest variant there, timed on the slowest rank.
             for _ in range(rounds):
-                times[name] += _timed_rounds(call, iters, 1, dist.ReduceOp.SUM)
+                times[name].append(_timed_round(call, iters, dist.ReduceOp.SUM))
                 if variants:
                     times.setdefault(f"floor {name}", []).append(
-                        min(_timed_rounds(c, iters, 1, dist.ReduceOp.MAX)[0] for c, _ in variants))
+                        min(_timed_round(c, iters, dist.ReduceOp.MAX) for c, _ in variants))
             for key, t in times.items():
                 res[f"{key} {nbytes}"] = {"op": key, "bytes": nbytes, "p50_us": statistics.median(t), "rounds_us": t}
     return res

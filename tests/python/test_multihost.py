@@ -155,6 +155,7 @@ def test_destroy_right_after_a_cross_host_op_never_hangs():
 def _host_mismatch(rank: int, world: int, hosts: list, kind: str) -> str:
     _init(rank, world, hosts)
     # Inside each host the ranks agree; the hosts do not (kind "count": all_reduce sizes, "op": the collective).
+    message = "no error"
     try:
         if kind == "count":
             dist.all_reduce(torch.ones(10 if hosts[rank] == 0 else 12))
@@ -163,8 +164,13 @@ def _host_mismatch(rank: int, world: int, hosts: list, kind: str) -> str:
         else:
             dist.broadcast(torch.ones(10), src=0)
     except RuntimeError as e:
-        return str(e)
-    return "no error"
+        message = str(e)
+    # The store stays up until every rank has its error, as under torchrun, whose agent hosts the store: here rank 0
+    # hosts it. A rank whose connections close as another host's ranks leave reads the first cause from it.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"mismatch_reported{rank}", "1")
+    store.wait([f"mismatch_reported{r}" for r in range(world)], timedelta(seconds=60))
+    return message
 
 
 @pytest.mark.parametrize("kind,words", [

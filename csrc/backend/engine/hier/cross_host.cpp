@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <condition_variable>
+#include <thread>
 
 #include "core/error.h"
 #include "core/store_keys.h"
@@ -139,6 +140,18 @@ void CrossHost::checkRemoteAbort() {
   }
 }
 
+std::string CrossHost::recordedFailure() {
+  try {
+    if (store_->check({kAbortKey})) {
+      std::vector<uint8_t> v = store_->get(kAbortKey);
+      return std::string(v.begin(), v.end());
+    }
+  } catch (const std::exception&) {
+    // The store is gone with its host: nothing recorded can be read.
+  }
+  return {};
+}
+
 void CrossHost::wait(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx) {
   glooOps_.fetch_add(1, std::memory_order_relaxed);
   if (!work->isCompleted()) {
@@ -221,6 +234,25 @@ void CrossHost::fail(const std::string& message) {
   }
 }
 
+namespace {
+
+// The first cause of a failure that reached this rank as a closed connection: the failure a rank recorded in the
+// store (fail()), looked for until kFirstCauseGrace (or the op's deadline) passes; "" if none came.
+std::string firstCause(CrossHost& x, const shm::OpContext& ctx) {
+  const auto until = std::min(ctx.deadline, std::chrono::steady_clock::now() + kFirstCauseGrace);
+  while (true) {
+    if (std::string recorded = x.recordedFailure(); !recorded.empty()) {
+      return recorded;
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return {};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
+
 void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<void(const std::string&)>& abortLocal,
                   const std::function<void()>& body) {
   x.throwIfFailed(ctx);
@@ -244,9 +276,16 @@ void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<v
       // c10::DistNetworkError; anything else (a c10::Error from a torch op) is reported as it is.
       const bool closed = dynamic_cast<const c10::Error*>(&e) == nullptr ||
                           dynamic_cast<const c10::DistNetworkError*>(&e) != nullptr;
-      full = c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", x.rank(), " of ", x.size(),
-                      " (host ", x.host(), " of ", x.layout().numHosts(),
-                      "): ", closed ? "a rank on another host is dead or closed its connection: " : "", what);
+      // A rank that failed first records why in the store before it raises and leaves, and its leaving closes this
+      // rank's connections: every rank then reports that first cause (the store outlives the ranks under torchrun,
+      // whose agent hosts it).
+      if (std::string first = closed ? firstCause(x, ctx) : std::string(); !first.empty()) {
+        full = c10::str(first, " [rank ", x.rank(), " then saw its connection close: ", what, "]");
+      } else {
+        full = c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", x.rank(), " of ", x.size(),
+                        " (host ", x.host(), " of ", x.layout().numHosts(),
+                        "): ", closed ? "a rank on another host is dead or closed its connection: " : "", what);
+      }
     }
     x.fail(full);
     abortLocal(full);

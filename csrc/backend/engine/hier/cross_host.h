@@ -80,6 +80,8 @@ class CrossHost {
   // Records `message` as the group's failure and shares it with the other hosts through the store.
   void fail(const std::string& message);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // The failure a rank recorded in the store, if any ("" also when the store cannot be reached).
+  std::string recordedFailure();
   std::chrono::milliseconds remaining(const shm::OpContext& ctx) const;
 
  private:
@@ -105,7 +107,10 @@ class CrossHost {
 
 // Runs `body` (a cross-host phase of operation ctx); any exception becomes the group's failure: recorded in `x`,
 // shared with the other hosts, and handed to `abortLocal` (the host's ShmComm::abort) before it is rethrown as a
-// tunedist::Error naming the op, seq and rank.
+// tunedist::Error naming the op, seq and rank. A connection that closed is often the consequence of a failure
+// elsewhere (the ranks that raised it leave): for up to kFirstCauseGrace the rank then looks in the store for the
+// first cause that rank recorded, and reports it if it comes.
+inline constexpr std::chrono::milliseconds kFirstCauseGrace{500};
 void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<void(const std::string&)>& abortLocal,
                   const std::function<void()>& body);
 
