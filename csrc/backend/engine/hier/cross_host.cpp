@@ -133,23 +133,18 @@ std::chrono::milliseconds CrossHost::remaining(const shm::OpContext& ctx) const 
   return std::max(left, std::chrono::milliseconds(1));
 }
 
-void CrossHost::checkRemoteAbort() {
-  if (store_->check({kAbortKey})) {
-    std::vector<uint8_t> v = store_->get(kAbortKey);
-    fail(std::string(v.begin(), v.end()));
+std::string CrossHost::recordedFailure() {
+  if (!store_->check({kAbortKey})) {
+    return {};
   }
+  std::vector<uint8_t> v = store_->get(kAbortKey);
+  return std::string(v.begin(), v.end());
 }
 
-std::string CrossHost::recordedFailure() {
-  try {
-    if (store_->check({kAbortKey})) {
-      std::vector<uint8_t> v = store_->get(kAbortKey);
-      return std::string(v.begin(), v.end());
-    }
-  } catch (const std::exception&) {
-    // The store is gone with its host: nothing recorded can be read.
+void CrossHost::checkRemoteAbort() {
+  if (std::string recorded = recordedFailure(); !recorded.empty()) {
+    fail(recorded);
   }
-  return {};
 }
 
 void CrossHost::wait(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx) {
@@ -241,8 +236,12 @@ namespace {
 std::string firstCause(CrossHost& x, const shm::OpContext& ctx) {
   const auto until = std::min(ctx.deadline, std::chrono::steady_clock::now() + kFirstCauseGrace);
   while (true) {
-    if (std::string recorded = x.recordedFailure(); !recorded.empty()) {
-      return recorded;
+    try {
+      if (std::string recorded = x.recordedFailure(); !recorded.empty()) {
+        return recorded;
+      }
+    } catch (const std::exception&) {
+      return {};  // the store is gone with its host: nothing recorded can be read
     }
     if (std::chrono::steady_clock::now() >= until) {
       return {};

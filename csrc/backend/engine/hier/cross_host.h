@@ -80,7 +80,7 @@ class CrossHost {
   // Records `message` as the group's failure and shares it with the other hosts through the store.
   void fail(const std::string& message);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
-  // The failure a rank recorded in the store, if any ("" also when the store cannot be reached).
+  // The failure a rank recorded in the store, if any; throws what the store throws when it cannot be reached.
   std::string recordedFailure();
   std::chrono::milliseconds remaining(const shm::OpContext& ctx) const;
 
