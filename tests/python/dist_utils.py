@@ -277,12 +277,11 @@ def launch(world_size: int, fn: Callable, *args, backend: str = "tuned", timeout
         try:
             for rank in range(world_size):
                 child_env = {**base_env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(env or {})}
+                # A spawned child inherits the patched environment; a forked one sets the snapshot itself.
                 with patched_environ(child_env):
-                    environ = dict(os.environ)
-                p = ctx.Process(target=_worker, name=f"tunedist-rank{rank}",
-                                args=(rank, world_size, port, fn, args, backend, init, pg_timeout_s, result_dir,
-                                      environ))
-                with patched_environ(child_env):  # a spawned child inherits it; a forked one sets it itself
+                    p = ctx.Process(target=_worker, name=f"tunedist-rank{rank}",
+                                    args=(rank, world_size, port, fn, args, backend, init, pg_timeout_s, result_dir,
+                                          dict(os.environ)))
                     p.start()
                 procs.append(p)
             killed = _wait(procs, paths, timeout_s, failure_grace_s)
