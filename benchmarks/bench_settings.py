@@ -49,14 +49,15 @@ def parse_setting(text: str) -> tuple:
 
 
 def print_stores(names: list, stores: list) -> None:
-    """One line per setting whose stores are chosen at run time: each single-round size class as op>=bytes, then
-    each rank's last pick (c cached, s streaming) and its last medians in ns per byte, cached/streaming."""
+    """One line per setting whose stores are chosen at run time: each size class of the round chooser (all_reduce
+    one-shot and two-shot, all_gather, reduce_scatter, broadcast) as op>=bytes, then each rank's last pick (c cached,
+    s streaming) and its last medians in ns per byte, cached/streaming."""
     for name in names:
         if stores[0][name].get("mode") != "auto":
             continue
         classes = {}
         for rank_stats in stores:
-            for r in rank_stats[name]["single_round"]:
+            for r in rank_stats[name]["round_chooser"]:
                 medians = f"{r['cached_ns_per_byte']:.3f}/{r['streaming_ns_per_byte']:.3f}"
                 pick = f"{'s' if r['streaming'] else 'c'}({medians})"
                 classes.setdefault(f"{r['op']}>={r['slot_bytes_from'] // 1024}K", []).append(pick)

@@ -12,8 +12,8 @@
 namespace tunedist::shm {
 
 // How a rank copies into its own slot (shm/copy_in.h): chosen at run time from the measured cost, or forced.
-// kAutoPerCopy chooses for every operation from the cost of the copy alone, as kAuto did before single-round
-// operations timed the whole operation (shm/round_stores.h): kept to compare the two in one job.
+// kAutoPerCopy chooses for every operation from the cost of the copy alone, as kAuto did before it timed whole
+// operations (shm/round_stores.h): kept to compare the two in one job.
 enum class SlotStores { kAuto, kCached, kStreaming, kAutoPerCopy };
 // The TUNEDIST_SLOT_STORES spelling: auto, cached, streaming, per-copy.
 const char* slotStoresName(SlotStores mode);

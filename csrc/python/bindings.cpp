@@ -252,9 +252,10 @@ PYBIND11_MODULE(_C, m) {
         py::list rounds;
         const std::pair<ShmComm::RoundFamily, const char*> families[] = {
             {ShmComm::kOneShotAllreduce, "all_reduce"},
-            {ShmComm::kOneRoundAllgather, "all_gather"},
-            {ShmComm::kOneRoundReduceScatter, "reduce_scatter"},
-            {ShmComm::kOneRoundBroadcast, "broadcast"}};
+            {ShmComm::kTwoShotAllreduce, "all_reduce_two_shot"},
+            {ShmComm::kAllgather, "all_gather"},
+            {ShmComm::kReduceScatter, "reduce_scatter"},
+            {ShmComm::kBroadcast, "broadcast"}};
         for (const auto& [family, name] : families) {
           const RoundStoreChooser& c = comm->roundStoreChooser(family);
           for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
@@ -271,7 +272,7 @@ PYBIND11_MODULE(_C, m) {
             rounds.append(r);
           }
         }
-        d["single_round"] = rounds;
+        d["round_chooser"] = rounds;
         return d;
       },
       py::arg("backend"));

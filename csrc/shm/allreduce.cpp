@@ -53,7 +53,8 @@ void ShmComm::allreduceOneShot(const OpContext& ctx, const void* in, void* out, 
 //   4. publish; wait for all;
 //   5. copy every peer's reduced slice from its slot into the output.
 // Memory stays bounded by the slots whatever the tensor size. Each slice is reduced by exactly one rank, in
-// rank order, so results are bit-identical everywhere and identical to the one-shot path.
+// rank order, so results are bit-identical everywhere and identical to the one-shot path. Both copies into our slot,
+// in every chunk, use the stores the operation's RoundStoreChooser keeps for its size.
 void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
   const size_t es = dtypeSize(args.dtype);
   // A slice is at least one cache line: with fewer slot bytes per rank the chunk would be empty and never advance.
@@ -64,6 +65,7 @@ void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, 
   const char* inBytes = static_cast<const char*>(in);
   char* outBytes = static_cast<char*>(out);
   RankPtrs srcs(size_);
+  RoundStores stores(*this, kTwoShotAllreduce, count * es, size_ > 1);
   for (size_t off = 0; off < count || off == 0; off += maxChunk) {
     const size_t n = std::min(maxChunk, count - off);
     const size_t sc = sliceElems(n, es);
@@ -99,6 +101,7 @@ void ShmComm::allreduceTwoShot(const OpContext& ctx, const void* in, void* out, 
       break;
     }
   }
+  stores.done();
 }
 
 }  // namespace tunedist::shm

@@ -8,9 +8,9 @@
 namespace tunedist::shm {
 
 // broadcast, per chunk of one slot:
-//   1. the root copies the chunk into its slot (a broadcast of one slot and at least 8 KiB with the stores its
-//      RoundStoreChooser keeps, every rank's work counted: the root's copy in and the readers' copies out; a
-//      smaller one with streaming stores under ShmOptions::broadcastStreamBelowBytes);
+//   1. the root copies the chunk into its slot (a broadcast of at least 8 KiB with the stores its RoundStoreChooser
+//      keeps, every rank's work counted: the root's copies in and the readers' copies out; a smaller one with
+//      streaming stores under ShmOptions::broadcastStreamBelowBytes);
 //   2. everyone publishes; everyone waits for all (the root's publish is the one that matters);
 //   3. the others copy the chunk out of the root's slot (plain stores while all readers together receive at
 //      most ShmOptions::broadcastCachedCopyMaxBytes).
@@ -24,7 +24,7 @@ void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root)
 void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root) {
   char* data = static_cast<char*>(buf);
   const size_t chunk = options_.slotBytes;
-  RoundStores stores(*this, kOneRoundBroadcast, bytes, size_ > 1 && bytes <= chunk);
+  RoundStores stores(*this, kBroadcast, bytes, size_ > 1);
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
@@ -42,12 +42,12 @@ void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int r
     if (rank_ != root) {
       copyOut(data + off, slot(root, b), n, bytes * size_t(size_ - 1), options_.broadcastCachedCopyMaxBytes);
     }
-    stores.done();
     releaseBuffer(b);
     if (bytes == 0) {
       break;
     }
   }
+  stores.done();
 }
 
 }  // namespace tunedist::shm

@@ -138,9 +138,10 @@ class ShmComm {
   void broadcastSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
   const std::shared_ptr<SymmetricHeap>& heap() const { return heap_; }
 
-  // The single-round operations whose slot stores a RoundStoreChooser of their own picks (shm/round_stores.h):
-  // a one-shot all_reduce, and an all_gather, reduce_scatter or broadcast that fits one slot.
-  enum RoundFamily { kOneShotAllreduce, kOneRoundAllgather, kOneRoundReduceScatter, kOneRoundBroadcast };
+  // The operations whose slot stores a RoundStoreChooser of their own picks from the whole operation's cost
+  // (shm/round_stores.h): all_reduce (one-shot and two-shot apart: different work per byte), all_gather,
+  // reduce_scatter and broadcast, of one round or of many.
+  enum RoundFamily { kOneShotAllreduce, kAllgather, kReduceScatter, kBroadcast, kTwoShotAllreduce };
   const RoundStoreChooser& roundStoreChooser(RoundFamily family) const { return roundChoosers_[family]; }
   // The copy into our slot of every other operation (its SlotStoreChooser).
   const SlotCopyIn& slotCopyIn() const { return slotCopy_; }
@@ -269,11 +270,10 @@ class ShmComm {
     copyBytesTwice(dst, own, src, n, roundStreaming_ > 0, streamOwn);
     return true;
   }
-  // For the length of one single-round operation under SlotStores::kAuto with peers (`active`) and `bytes` (what this
-  // rank writes into its slot) of at least RoundStoreChooser::kMinBytes: its copies into our slot use the stores that
-  // `family`'s chooser plans, and when
-  // the chooser times the operation, done() reports its work: the time since construction outside waitAll, per
-  // byte. An operation that throws reports nothing.
+  // For the length of one operation under SlotStores::kAuto with peers (`active`) and `bytes` (what its size class is
+  // counted in) of at least RoundStoreChooser::kMinBytes: its copies into our slot, in every round, use the stores
+  // that `family`'s chooser plans, and when the chooser times the operation, done() reports its work: the time since
+  // construction outside waitAll, per byte. An operation that throws reports nothing.
   class RoundStores {
    public:
     RoundStores(ShmComm& comm, RoundFamily family, size_t bytes, bool active);
@@ -329,8 +329,9 @@ class ShmComm {
   SlotCopyIn slotCopy_{options_.slotStores};
   // A broadcast's classes under broadcastStreamBelowBytes start streaming (ShmOptions).
   RoundStoreChooser roundChoosers_[kRoundFamilies] = {RoundStoreChooser(), RoundStoreChooser(), RoundStoreChooser(),
-                                                      RoundStoreChooser(options_.broadcastStreamBelowBytes)};
-  static_assert(kOneRoundBroadcast + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
+                                                      RoundStoreChooser(options_.broadcastStreamBelowBytes),
+                                                      RoundStoreChooser()};
+  static_assert(kTwoShotAllreduce + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
   // While a RoundStores is in scope: its stores (0 cached, 1 streaming; -1: slotCopy_ decides), and while it times
   // the operation, the time spent in waitAll.
   int roundStreaming_ = -1;

@@ -25,9 +25,8 @@
 // with every round fused, 0.97 apart (docs/records/issue14/s22/). One in kTimeEvery still sees a slowdown within
 // a few dozen copies (three samples carry the average from 5 to 19 ns per line).
 //
-// The operations of a single round from 8 KiB (one-shot all_reduce; all_gather, reduce_scatter and broadcast within a
-// slot) choose instead from the whole operation's cost (shm/round_stores.h); this chooser serves the rest (two-shot
-// all_reduce, multi-round operations, gather, scatter, all_to_all), and every operation under
+// all_reduce, all_gather, reduce_scatter and broadcast from 8 KiB choose instead from the whole operation's cost
+// (shm/round_stores.h); this chooser serves the rest (reduce, gather, scatter, all_to_all), and every operation under
 // TUNEDIST_SLOT_STORES=per-copy.
 #pragma once
 

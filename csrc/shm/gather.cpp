@@ -38,8 +38,9 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
   const size_t received = bytes * size_t(size_ - 1);
   const bool streamOwn = ownEarly && received > options_.ownCachedCopyMaxBytes;
   const size_t chunk = options_.slotBytes;
-  // An all_gather of one round: every rank writes and reads slots, and the stores are its RoundStoreChooser's.
-  RoundStores stores(*this, kOneRoundAllgather, bytes, all && size_ > 1 && bytes <= chunk);
+  // An all_gather: every rank writes and reads slots, in every round with the stores its RoundStoreChooser keeps
+  // (gather, where only the root reads, keeps its per-copy chooser).
+  RoundStores stores(*this, kAllgather, bytes, all && size_ > 1);
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);
@@ -63,7 +64,6 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
         }
       }
     }
-    stores.done();
     releaseBuffer(b);
     if (bytes == 0) {
       break;
@@ -72,6 +72,7 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
   if (receive && !ownEarly) {
     copyOwn(own, src, bytes);
   }
+  stores.done();
 }
 
 }  // namespace tunedist::shm

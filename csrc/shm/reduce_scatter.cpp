@@ -26,8 +26,8 @@ void ShmComm::reduceScatterBody(const OpContext& ctx, const void* const* ins, vo
   const size_t part = partBytes / es;
   TD_CHECK(part > 0, "tunedist: reduce_scatter: slot too small for ", size_, " ranks");
   std::vector<const void*> srcs(static_cast<size_t>(size_));
-  // One round: its stores are its RoundStoreChooser's, by what we write into our slot.
-  RoundStores stores(*this, kOneRoundReduceScatter, count * es * size_t(size_ - 1), size_ > 1 && count <= part);
+  // Every round's stores are the RoundStoreChooser's, for the size class of all that we write into our slot.
+  RoundStores stores(*this, kReduceScatter, count * es * size_t(size_ - 1), size_ > 1);
   for (size_t off = 0; off < count || off == 0; off += part) {
     const size_t n = std::min(part, count - off);
     int b = beginRound(ctx);
@@ -43,12 +43,12 @@ void ShmComm::reduceScatterBody(const OpContext& ctx, const void* const* ins, vo
                                    : static_cast<const void*>(slot(p, b) + size_t(rank_) * partBytes);
     }
     tunedist::shm::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), size_, n);
-    stores.done();
     releaseBuffer(b);
     if (count == 0) {
       break;
     }
   }
+  stores.done();
 }
 
 }  // namespace tunedist::shm

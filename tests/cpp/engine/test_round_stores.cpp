@@ -214,17 +214,21 @@ TEST_CASE("round stores: a window missing a mode's samples (failed operations) c
   CHECK(c.streaming(1));
 }
 
-TEST_CASE("round stores: real groups time their single-round operations and stay exact", "[round_stores][shm]") {
+TEST_CASE("round stores: real groups time their operations, of one round or many, and stay exact",
+          "[round_stores][shm]") {
   const int size = GENERATE(2, 3);
+  // One round: every operation fits a slot, all_reduce is one-shot. Many: 8 KiB slots, so 16 KiB takes two rounds
+  // of all_gather and broadcast, several of reduce_scatter, and all_reduce runs two-shot.
+  const bool manyRounds = GENERATE(false, true);
   // A rank forced to a mode, or choosing per copy, uses no round chooser; the auto ranks' choosers still probe on the
   // same operations.
   const shm::SlotStores rank1 = GENERATE(shm::SlotStores::kAuto, shm::SlotStores::kStreaming,
                                          shm::SlotStores::kAutoPerCopy);
-  INFO("world size " << size << ", rank 1's slot stores " << int(rank1));
+  INFO("world size " << size << ", rank 1's slot stores " << int(rank1) << (manyRounds ? ", many rounds" : ""));
   ShmLeakCheck leaks;
   ShmOptions base;
-  base.slotBytes = size_t(64) << 10;
-  base.oneShotMaxBytes = size_t(64) << 10;
+  base.slotBytes = manyRounds ? size_t(8) << 10 : size_t(64) << 10;
+  base.oneShotMaxBytes = manyRounds ? size_t(4) << 10 : size_t(64) << 10;
   base.spinIters = kTestSpinIters;
   const size_t bytes = k16K;
   const size_t count = bytes / sizeof(float);
@@ -298,10 +302,10 @@ TEST_CASE("round stores: real groups time their single-round operations and stay
       }
       // The auto ranks timed real operations in both modes of every family: two windows each, with their medians.
       if (o.slotStores == shm::SlotStores::kAuto) {
-        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter,
-                            ShmComm::kOneRoundBroadcast}) {
+        const auto allreduce = manyRounds ? ShmComm::kTwoShotAllreduce : ShmComm::kOneShotAllreduce;
+        for (auto family : {allreduce, ShmComm::kAllgather, ShmComm::kReduceScatter, ShmComm::kBroadcast}) {
           const RoundStoreChooser& c = p.comm.roundStoreChooser(family);
-          const int cls = RoundStoreChooser::classOf(family == ShmComm::kOneRoundReduceScatter
+          const int cls = RoundStoreChooser::classOf(family == ShmComm::kReduceScatter
                                                          ? rsCount * sizeof(float) * size_t(size - 1)
                                                          : bytes);
           if (c.windows(cls) != 2 || !(c.lastCachedNsPerByte(cls) > 0) || !(c.lastStreamingNsPerByte(cls) > 0)) {
@@ -310,9 +314,16 @@ TEST_CASE("round stores: real groups time their single-round operations and stay
           }
           picks[size_t(r)].push_back(c.streaming(cls) ? 1 : 0);
         }
+        // The all_reduce algorithm that did not run timed nothing.
+        const auto other = manyRounds ? ShmComm::kOneShotAllreduce : ShmComm::kTwoShotAllreduce;
+        for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
+          if (p.comm.roundStoreChooser(other).windows(cls) != 0) {
+            failCheck("rank ", r, ": the all_reduce family ", int(other), " that never ran has windows in class ", cls);
+          }
+        }
       } else {
-        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kOneRoundAllgather, ShmComm::kOneRoundReduceScatter,
-                            ShmComm::kOneRoundBroadcast}) {
+        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kTwoShotAllreduce, ShmComm::kAllgather,
+                            ShmComm::kReduceScatter, ShmComm::kBroadcast}) {
           if (p.comm.roundStoreChooser(family).windows(1) != 0) {
             failCheck("rank ", r, " with slot stores ", int(o.slotStores), " ran the round chooser of family ",
                       int(family));
