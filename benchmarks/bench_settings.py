@@ -31,8 +31,12 @@ import torch.distributed as dist
 from bench_call_budget import parse_size  # this folder: the same size syntax
 
 import tunedist
-from tunedist.bench_collectives import COLLECTIVES, DTYPES, OPS, PRIMARY_INPLACE, count_wrong
+from tunedist.bench_collectives import COLLECTIVES, DTYPES, MORE_COLLECTIVES, count_wrong
 from tunedist.bench_contenders import C10dComm
+
+# tunedist.bench's collectives and the other nccl-tests ones (all_to_all, reduce, gather, scatter; roots rank 0).
+ALL_COLLECTIVES = {**COLLECTIVES, **MORE_COLLECTIVES}
+ALL_OPS = tuple(ALL_COLLECTIVES)
 
 
 def parse_setting(text: str) -> tuple:
@@ -69,7 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--setting", dest="settings", action="append", type=parse_setting, required=True,
                    help="NAME:VAR=VALUE,... (repeat; the first is the baseline)")
-    p.add_argument("--ops", default="all_reduce", help=f"comma-separated, from {', '.join(OPS)}")
+    p.add_argument("--ops", default="all_reduce", help=f"comma-separated, from {', '.join(ALL_OPS)}")
     p.add_argument("--sizes", default="16K,64K,256K,1M,4M", help="bytes per call: the all_reduce/broadcast buffer, "
                    "the all_gather output, the reduce_scatter input")
     p.add_argument("--rounds", type=int, default=7)
@@ -83,8 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     names = [n for n, _ in args.settings]
     if len(set(names)) != len(names) or len(names) < 2:
         p.error(f"need at least two settings with distinct names, got {names}")
-    if any(o not in OPS for o in args.ops):
-        p.error(f"unknown op in {args.ops}; choose from {', '.join(OPS)}")
+    if any(o not in ALL_OPS for o in args.ops):
+        p.error(f"unknown op in {args.ops}; choose from {', '.join(ALL_OPS)}")
     if args.rounds < 1 or args.min_iters < 1 or not args.sizes:
         p.error("need --rounds >= 1, --min-iters >= 1 and at least one size")
     return args
@@ -109,9 +113,9 @@ def make_comms(settings) -> dict:
 def make_call(op: str, nbytes: int, dtype, comm, rank: int, world: int):
     """(call, check) for one op of S = `nbytes` (tunedist.bench's S, the variant its summary compares), with
     tunedist.bench's buffers and closed-form results: check() runs the op once and says whether it was right."""
-    coll = COLLECTIVES[op]
+    coll = ALL_COLLECTIVES[op]
     count = max(1, nbytes // coll.nbytes(1, dtype.itemsize, world))
-    bufs = coll.buffers(rank, world, PRIMARY_INPLACE[op], count, dtype, "sum", comm)
+    bufs = coll.buffers(rank, world, coll.summary_inplace, count, dtype, "sum", comm)
     return bufs.call, lambda: count_wrong(bufs) == 0
 
 

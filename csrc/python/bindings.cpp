@@ -255,7 +255,11 @@ PYBIND11_MODULE(_C, m) {
             {ShmComm::kTwoShotAllreduce, "all_reduce_two_shot"},
             {ShmComm::kAllgather, "all_gather"},
             {ShmComm::kReduceScatter, "reduce_scatter"},
-            {ShmComm::kBroadcast, "broadcast"}};
+            {ShmComm::kBroadcast, "broadcast"},
+            {ShmComm::kReduce, "reduce"},
+            {ShmComm::kGather, "gather"},
+            {ShmComm::kScatter, "scatter"},
+            {ShmComm::kAlltoall, "all_to_all"}};
         for (const auto& [family, name] : families) {
           const RoundStoreChooser& c = comm->roundStoreChooser(family);
           for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {

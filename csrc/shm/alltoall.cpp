@@ -16,7 +16,8 @@ namespace tunedist::shm {
 //     1. copy the next piece of the block for each peer q into part q of our slot;
 //     2. publish; wait for all;
 //     3. copy part `rank` of each peer's slot into our receive block from that peer.
-// Our own block is copied directly from the send to the receive buffer.
+// Our own block is copied directly from the send to the receive buffer. Rounds 1..R copy into the slots with the
+// stores the operation's RoundStoreChooser keeps for P x the largest pair, a size every rank knows after round 0.
 void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const size_t* sendBytes, void* const* recvs,
                         const size_t* recvBytes) {
   // Each rank's part of a slot must hold at least one cache line (and round 0's 2P sizes fit then too).
@@ -54,6 +55,7 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
            false, false);
     }
     const size_t part = slotPartBytes();
+    RoundStores stores(*this, kAlltoall, largest * size_t(size_), size_ > 1);
     size_t received = 0;
     for (int q = 0; q < size_; ++q) {
       received += q != rank_ ? recvBytes[q] : 0;
@@ -79,6 +81,7 @@ void ShmComm::alltoallv(const OpContext& ctx, const void* const* sends, const si
     if (recvs[rank_] != sends[rank_] && sendBytes[rank_] > 0) {
       std::memmove(recvs[rank_], sends[rank_], sendBytes[rank_]);
     }
+    stores.done();
   });
 }
 

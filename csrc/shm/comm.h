@@ -138,12 +138,23 @@ class ShmComm {
   void broadcastSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
   const std::shared_ptr<SymmetricHeap>& heap() const { return heap_; }
 
-  // The operations whose slot stores a RoundStoreChooser of their own picks from the whole operation's cost
-  // (shm/round_stores.h): all_reduce (one-shot and two-shot apart: different work per byte), all_gather,
-  // reduce_scatter and broadcast, of one round or of many.
-  enum RoundFamily { kOneShotAllreduce, kAllgather, kReduceScatter, kBroadcast, kTwoShotAllreduce };
+  // The collectives, each with a RoundStoreChooser of its own that picks its slot stores from the whole operation's
+  // cost (shm/round_stores.h), of one round or of many; all_reduce one-shot and two-shot apart (different work per
+  // byte).
+  enum RoundFamily {
+    kOneShotAllreduce,
+    kAllgather,
+    kReduceScatter,
+    kBroadcast,
+    kTwoShotAllreduce,
+    kReduce,
+    kGather,
+    kScatter,
+    kAlltoall
+  };
   const RoundStoreChooser& roundStoreChooser(RoundFamily family) const { return roundChoosers_[family]; }
-  // The copy into our slot of every other operation (its SlotStoreChooser).
+  // The copy into our slot under TUNEDIST_SLOT_STORES=per-copy, and of every copy under RoundStoreChooser::kMinBytes
+  // (its SlotStoreChooser).
   const SlotCopyIn& slotCopyIn() const { return slotCopy_; }
 
   // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
@@ -328,10 +339,13 @@ class ShmComm {
   const StallPoint stall_;
   SlotCopyIn slotCopy_{options_.slotStores};
   // A broadcast's classes under broadcastStreamBelowBytes start streaming (ShmOptions).
-  RoundStoreChooser roundChoosers_[kRoundFamilies] = {RoundStoreChooser(), RoundStoreChooser(), RoundStoreChooser(),
-                                                      RoundStoreChooser(options_.broadcastStreamBelowBytes),
-                                                      RoundStoreChooser()};
-  static_assert(kTwoShotAllreduce + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
+  RoundStoreChooser roundChoosers_[kRoundFamilies] = {
+      RoundStoreChooser(), RoundStoreChooser(),
+      RoundStoreChooser(), RoundStoreChooser(options_.broadcastStreamBelowBytes),
+      RoundStoreChooser(), RoundStoreChooser(),
+      RoundStoreChooser(), RoundStoreChooser(),
+      RoundStoreChooser()};
+  static_assert(kAlltoall + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
   // While a RoundStores is in scope: its stores (0 cached, 1 streaming; -1: slotCopy_ decides), and while it times
   // the operation, the time spent in waitAll.
   int roundStreaming_ = -1;

@@ -25,9 +25,8 @@
 // with every round fused, 0.97 apart (docs/records/issue14/s22/). One in kTimeEvery still sees a slowdown within
 // a few dozen copies (three samples carry the average from 5 to 19 ns per line).
 //
-// all_reduce, all_gather, reduce_scatter and broadcast from 8 KiB choose instead from the whole operation's cost
-// (shm/round_stores.h); this chooser serves the rest (reduce, gather, scatter, all_to_all), and every operation under
-// TUNEDIST_SLOT_STORES=per-copy.
+// Under kAuto every collective of 8 KiB or more now chooses instead from the whole operation's cost
+// (shm/round_stores.h): this chooser serves TUNEDIST_SLOT_STORES=per-copy, kept to compare the two in one job.
 #pragma once
 
 #include <cstddef>

@@ -38,9 +38,8 @@ void ShmComm::gatherBody(const OpContext& ctx, const void* in, size_t bytes, voi
   const size_t received = bytes * size_t(size_ - 1);
   const bool streamOwn = ownEarly && received > options_.ownCachedCopyMaxBytes;
   const size_t chunk = options_.slotBytes;
-  // An all_gather: every rank writes and reads slots, in every round with the stores its RoundStoreChooser keeps
-  // (gather, where only the root reads, keeps its per-copy chooser).
-  RoundStores stores(*this, kAllgather, bytes, all && size_ > 1);
+  // Every round's copies into the slots use the stores the operation's RoundStoreChooser keeps for its size.
+  RoundStores stores(*this, all ? kAllgather : kGather, bytes, size_ > 1);
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     int b = beginRound(ctx);

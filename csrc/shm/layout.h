@@ -18,7 +18,7 @@
 namespace tunedist::shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68735f64656e75ULL;  // "uned_shm" little-endian, after a 't' that did not fit
-constexpr uint32_t kProtocolVersion = 6;
+constexpr uint32_t kProtocolVersion = 7;
 constexpr int kNumBuffers = 2;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
@@ -71,7 +71,7 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t
               "cross-process atomics must be lock-free");
 
 // The operations whose slot stores the group picks together (shm/round_stores.h), and their size classes.
-constexpr int kRoundFamilies = 5;
+constexpr int kRoundFamilies = 9;
 constexpr int kRoundSizeClasses = 8;
 
 // What a rank measured in its last probe window of one operation family and size class (shm/round_stores.h):
@@ -102,14 +102,14 @@ struct alignas(kCacheLine) RankCtl {
   // Cache lines 3+: the operation descriptor, one per buffer so a rank that runs ahead never overwrites one a
   // slower peer is still comparing.
   alignas(kCacheLine) OpDesc desc[kNumBuffers];
-  // Cache lines 5-12: this rank's last probe verdicts, per operation family and size class.
+  // Cache lines 5-18: this rank's last probe verdicts, per operation family and size class.
   alignas(kCacheLine) RoundVerdict verdicts[kRoundFamilies][kRoundSizeClasses];
 };
 static_assert(sizeof(RankCtl) % kCacheLine == 0, "RankCtl must not share cache lines");
 static_assert(offsetof(RankCtl, heartbeat) == kCacheLine, "heartbeat must sit on its own cache line");
 static_assert(sizeof(LifeLock) <= kCacheLine, "the life lock must fit one cache line");
 static_assert(offsetof(RankCtl, verdicts) == 5 * kCacheLine, "the verdicts must start their own cache line");
-static_assert(sizeof(RankCtl) == 13 * kCacheLine, "RankCtl layout changed: bump kProtocolVersion, update doctor");
+static_assert(sizeof(RankCtl) == 19 * kCacheLine, "RankCtl layout changed: bump kProtocolVersion, update doctor");
 
 // A rank's symmetric heap (shm/heap.h) as its peers see it: one entry per chunk, each its own shared-memory
 // segment. The owner fills entry i and then publishes `chunks` = i + 1 (release); a peer maps a chunk when it

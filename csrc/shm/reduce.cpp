@@ -11,6 +11,7 @@ namespace tunedist::shm {
 //   1. every rank but the root copies its chunk into its slot;
 //   2. publish; wait for all;
 //   3. the root reduces all terms in rank order (its own straight from its input) into its output.
+// Every round's copies into the slots use the stores the operation's RoundStoreChooser keeps for its size.
 void ShmComm::reduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args, int root) {
   TD_CHECK(root >= 0 && root < size_, "tunedist: reduce (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
            " is outside the group of ", size_);
@@ -20,6 +21,7 @@ void ShmComm::reduce(const OpContext& ctx, const void* in, void* out, size_t cou
     const size_t chunk = options_.slotBytes / es;
     const char* inBytes = static_cast<const char*>(in);
     std::vector<const void*> srcs(static_cast<size_t>(size_));
+    RoundStores stores(*this, kReduce, count * es, size_ > 1);
     for (size_t off = 0; off < count || off == 0; off += chunk) {
       const size_t n = std::min(chunk, count - off);
       int b = beginRound(ctx);
@@ -39,6 +41,7 @@ void ShmComm::reduce(const OpContext& ctx, const void* in, void* out, size_t cou
         break;
       }
     }
+    stores.done();
   });
 }
 

@@ -1,9 +1,9 @@
-// RoundStoreChooser: slot stores for all_reduce (one-shot and two-shot), all_gather, reduce_scatter and broadcast,
-// of one round or of many, chosen from what the whole operation costs rather than from the writer's copy alone.
-// (Until session 24 only operations of a single round were chosen this way; the multi-round ones kept the per-copy
-// chooser, and on 2 ranks of an AVX2 EPYC VM, in the jobs where the vCPUs sat far apart, that kept them cached at
-// 1.6-2.8x the streaming time for all_gather, reduce_scatter and broadcast of 4-16 MiB and 2x for the two-shot
-// all_reduce of 1-64 MiB, while the writer's copy never looked slow enough to switch: docs/records/issue14/s24/.)
+// RoundStoreChooser: slot stores for every collective (all_reduce one-shot and two-shot, all_gather, reduce_scatter,
+// broadcast, reduce, gather, scatter, all_to_all), of one round or of many, chosen from what the whole operation costs
+// rather than from the writer's copy alone. (Until session 24 only operations of a single round were chosen this way;
+// the others kept the per-copy chooser, and on 2 ranks of an AVX2 EPYC VM, in the jobs where the vCPUs sat far apart,
+// that kept them cached at 1.6-3x the streaming time at 1-64 MiB, while the writer's copy never looked slow enough to
+// switch: docs/records/issue14/s24/.)
 //
 // SlotStoreChooser (copy_in.h) times only the copy into our slot. What streaming stores also change is how the peers
 // read those bytes: from memory instead of out of our cache. In a broadcast that alone decided (s19/broadcast/), and

@@ -122,6 +122,62 @@ COLLECTIVES = {c.name: c for c in (
                busbw_factor=lambda n: 1.0, buffers=_broadcast_buffers),
 )}
 OPS = tuple(COLLECTIVES)
+
+
+def _all_to_all_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
+    inp = comm.empty(world * count, dtype)
+    out = comm.empty(world * count, dtype)
+    # Block q of rank r's input is x(r, q * count + i); block q of our output is rank q's block `rank`.
+    expected = torch.cat([_tile(_pattern(q, rank * count), count, dtype) for q in range(world)])
+
+    def call():
+        comm.all_to_all_single(out, inp)
+    return Buffers(call, _own_input(inp, rank, world * count, dtype), out, expected)
+
+
+def _reduce_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
+    # In place, as torch's reduce: the root's tensor ends with the reduction, the others' stay as they were.
+    t = comm.empty(count, dtype)
+    expected = _tile(_reduced(world, 0, redop) if rank == 0 else _pattern(rank, 0), count, dtype)
+
+    def call():
+        comm.reduce(t, 0, REDOPS[redop])
+    return Buffers(call, _own_input(t, rank, count, dtype), t, expected)
+
+
+def _gather_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
+    inp = comm.empty(count, dtype)
+    out = comm.empty(world * count, dtype) if rank == 0 else inp
+    expected = (torch.cat([_tile(_pattern(r, 0), count, dtype) for r in range(world)]) if rank == 0
+                else _tile(_pattern(rank, 0), count, dtype))
+
+    def call():
+        comm.gather(inp, list(out.chunk(world)) if rank == 0 else None, 0)
+    return Buffers(call, _own_input(inp, rank, count, dtype), out, expected)
+
+
+def _scatter_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
+    inp = comm.empty(world * count, dtype)
+    out = comm.empty(count, dtype)
+    expected = _tile(_pattern(0, rank * count), count, dtype)
+
+    def call():
+        comm.scatter(out, list(inp.chunk(world)) if rank == 0 else None, 0)
+    return Buffers(call, _own_input(inp, rank, world * count, dtype), out, expected)
+
+
+# The other collectives of nccl-tests, for benchmarks/bench_settings.py (tunedist.bench measures COLLECTIVES): S is
+# the whole array for all of them but reduce; roots are rank 0.
+MORE_COLLECTIVES = {c.name: c for c in (
+    Collective("all_to_all", variants=(False,), summary_inplace=False, reduces=False, whole_array=True,
+               busbw_factor=lambda n: (n - 1) / n, buffers=_all_to_all_buffers),
+    Collective("reduce", variants=(True,), summary_inplace=True, reduces=True, whole_array=False,
+               busbw_factor=lambda n: 1.0, buffers=_reduce_buffers),
+    Collective("gather", variants=(False,), summary_inplace=False, reduces=False, whole_array=True,
+               busbw_factor=lambda n: (n - 1) / n, buffers=_gather_buffers),
+    Collective("scatter", variants=(False,), summary_inplace=False, reduces=False, whole_array=True,
+               busbw_factor=lambda n: (n - 1) / n, buffers=_scatter_buffers),
+)}
 VARIANTS = {name: c.variants for name, c in COLLECTIVES.items()}  # in-place flags measured per op
 PRIMARY_INPLACE = {name: c.summary_inplace for name, c in COLLECTIVES.items()}
 

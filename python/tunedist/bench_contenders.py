@@ -67,6 +67,18 @@ class C10dComm:
     def reduce_scatter_tensor(self, out, inp, op):
         dist.reduce_scatter_tensor(out, inp, op=op, group=self.group)
 
+    def all_to_all_single(self, out, inp):
+        dist.all_to_all_single(out, inp, group=self.group)
+
+    def reduce(self, t, dst: int, op):
+        dist.reduce(t, dst=dst, op=op, group=self.group)
+
+    def gather(self, t, gather_list, dst: int):
+        dist.gather(t, gather_list, dst=dst, group=self.group)
+
+    def scatter(self, t, scatter_list, src: int):
+        dist.scatter(t, scatter_list, src=src, group=self.group)
+
     def close(self):
         dist.destroy_process_group(self.group)
 

@@ -20,6 +20,7 @@ import torch
 
 import tunedist
 from tunedist import bench, bench_symmetric
+from tunedist.bench_collectives import MORE_COLLECTIVES
 
 REPO = Path(__file__).resolve().parents[2]
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
@@ -418,7 +419,8 @@ def test_settings_benchmark_applies_each_setting_and_pairs_the_rounds(tmp_path):
     """benchmarks/bench_settings.py, shrunk: two tuned groups, one with 8 KiB slots (the reserved shared memory
     shows the setting took effect), every op checked and timed; each ratio is the round's time over the baseline's."""
     out = tmp_path / "settings.json"
-    text = _torchrun("benchmarks/bench_settings.py", "--ops", ",".join(OPS), "--sizes", "4K,64K", "--rounds", "3",
+    ops = OPS + list(MORE_COLLECTIVES)  # tunedist.bench's ops and the other nccl-tests ones
+    text = _torchrun("benchmarks/bench_settings.py", "--ops", ",".join(ops), "--sizes", "4K,64K", "--rounds", "3",
                      "--target-s", "0.002", "--min-iters", "8", "--setting", "base:", "--setting",
                      "small:TUNEDIST_SLOT_BYTES=8192,TUNEDIST_SLOT_STORES=streaming", "--json", str(out))
     data = json.loads(out.read_text())
@@ -426,7 +428,7 @@ def test_settings_benchmark_applies_each_setting_and_pairs_the_rounds(tmp_path):
     assert data["settings"] == {"base": {}, "small": small_env}
     shm = data["reserved_shm_bytes"]
     assert 0 < shm["small"] < shm["base"], shm
-    assert [(r["op"], r["bytes"]) for r in data["results"]] == [(op, n) for op in OPS for n in (4096, 65536)]
+    assert [(r["op"], r["bytes"]) for r in data["results"]] == [(op, n) for op in ops for n in (4096, 65536)]
     for r in data["results"]:
         base, small = r["settings"]["base"], r["settings"]["small"]
         assert len(base["round_time_us"]) == len(small["round_time_us"]) == 3 and min(base["round_time_us"]) > 0
@@ -435,17 +437,18 @@ def test_settings_benchmark_applies_each_setting_and_pairs_the_rounds(tmp_path):
         assert small["ratio_median"] == pytest.approx(statistics.median(want))
         assert (small["ratio_min"], small["ratio_max"]) == pytest.approx((min(want), max(want)))
         assert f"{r['op']:>15} {r['bytes']:>10}" in text
-    # The auto group's operations (all_reduce, one-shot at these sizes; all_gather, reduce_scatter, broadcast)
-    # timed both store modes on every rank; the group forced to streaming ran no chooser. The chooser's first window
-    # closes after kWarmOps + kWindowOps + 1 = 21 operations of a size class: 3 rounds of at least 1 + 8 calls give
-    # 27 however slow the host (a CI run once timed 3 calls a round and closed no all_reduce window).
+    # The auto group's operations (all_reduce, one-shot at these sizes, and the seven others) timed both store modes
+    # on every rank (at 64 KiB: under 8 KiB nothing is timed); the group forced to streaming ran no chooser. The
+    # chooser's first window closes after kWarmOps + kWindowOps + 1 = 21 operations of a size class: 3 rounds of at
+    # least 1 + 8 calls give 27 however slow the host (a CI run once timed 3 calls a round and closed no all_reduce
+    # window).
     assert len(data["slot_stores"]) == 2
     for per_rank in data["slot_stores"]:
         assert per_rank["small"]["mode"] == "streaming" and per_rank["small"]["round_chooser"] == []
         assert per_rank["base"]["mode"] == "auto"
         timed = {r["op"] for r in per_rank["base"]["round_chooser"]
                  if r["windows"] >= 1 and r["cached_ns_per_byte"] > 0 and r["streaming_ns_per_byte"] > 0}
-        assert timed == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}, per_rank["base"]
+        assert timed == set(ops), per_rank["base"]
     assert "# base: last slot-store picks per rank: " in text
 
 

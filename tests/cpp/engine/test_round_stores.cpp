@@ -234,7 +234,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
   const size_t count = bytes / sizeof(float);
   // Enough operations of each family for two windows, both decided.
   const int ops = int(windowEnd(1)) + 2;
-  // Each auto rank's final picks, per family (class 1: 16 KiB written per rank): they must agree.
+  // Each auto rank's final picks, per family: they must agree.
   std::vector<std::vector<int>> picks(static_cast<size_t>(size));
   auto rendezvous = std::make_shared<MemRendezvous>();
   rethrowFailures(spawn(size, [&](int r) {
@@ -299,15 +299,61 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
             failAt(detail::str("broadcast op ", i, " from root ", root), r, e, out[e], w);
           }
         }
+        // reduce to the same root: the sum of every rank's first `count` elements.
+        p.comm.reduce(p.op("reduce"), in.data(), out.data(), count, floatSum(), root);
+        for (size_t e = 0; e < count && r == root; ++e) {
+          if (out[e] != want(e)) {
+            failAt(detail::str("reduce op ", i, " to root ", root), r, e, out[e], want(e));
+          }
+        }
+        // gather to it: block q is rank q's first `count` elements.
+        for (int q = 0; q < size; ++q) {
+          outs[size_t(q)] = out.data() + size_t(q) * count;
+        }
+        p.comm.gather(p.op("gather"), in.data(), bytes, outs.data(), root);
+        for (size_t e = 0; e < count * size_t(size) && r == root; ++e) {
+          const float w = float(((e / count) * 7 + e % count + size_t(i)) % 13);
+          if (out[e] != w) {
+            failAt(detail::str("gather op ", i, " to root ", root), r, e, out[e], w);
+          }
+        }
+        // scatter from it, and all_to_all: rank q gets block q of the root's input, of every rank's.
+        for (int q = 0; q < size; ++q) {
+          ins[size_t(q)] = in.data() + size_t(q) * count;
+        }
+        p.comm.scatter(p.op("scatter"), ins.data(), out.data(), bytes, root);
+        for (size_t e = 0; e < count; ++e) {
+          const float w = float((size_t(root) * 7 + size_t(r) * count + e + size_t(i)) % 13);
+          if (out[e] != w) {
+            failAt(detail::str("scatter op ", i, " from root ", root), r, e, out[e], w);
+          }
+        }
+        const std::vector<size_t> blockBytes(static_cast<size_t>(size), bytes);
+        p.comm.alltoallv(p.op("all_to_all"), ins.data(), blockBytes.data(), outs.data(), blockBytes.data());
+        for (size_t e = 0; e < count * size_t(size); ++e) {
+          const float w = float(((e / count) * 7 + size_t(r) * count + e % count + size_t(i)) % 13);
+          if (out[e] != w) {
+            failAt(detail::str("all_to_all op ", i), r, e, out[e], w);
+          }
+        }
       }
       // The auto ranks timed real operations in both modes of every family: two windows each, with their medians.
       if (o.slotStores == shm::SlotStores::kAuto) {
         const auto allreduce = manyRounds ? ShmComm::kTwoShotAllreduce : ShmComm::kOneShotAllreduce;
-        for (auto family : {allreduce, ShmComm::kAllgather, ShmComm::kReduceScatter, ShmComm::kBroadcast}) {
+        for (auto family : {allreduce, ShmComm::kAllgather, ShmComm::kReduceScatter, ShmComm::kBroadcast,
+                            ShmComm::kReduce, ShmComm::kGather, ShmComm::kScatter, ShmComm::kAlltoall}) {
           const RoundStoreChooser& c = p.comm.roundStoreChooser(family);
-          const int cls = RoundStoreChooser::classOf(family == ShmComm::kReduceScatter
-                                                         ? rsCount * sizeof(float) * size_t(size - 1)
-                                                         : bytes);
+          // What each family's size class counts: all a rank writes into its slot, the scatter root's peer blocks,
+          // all_to_all's P x the largest block.
+          size_t classBytes = bytes;
+          if (family == ShmComm::kReduceScatter) {
+            classBytes = rsCount * sizeof(float) * size_t(size - 1);
+          } else if (family == ShmComm::kScatter) {
+            classBytes = bytes * size_t(size - 1);
+          } else if (family == ShmComm::kAlltoall) {
+            classBytes = bytes * size_t(size);
+          }
+          const int cls = RoundStoreChooser::classOf(classBytes);
           if (c.windows(cls) != 2 || !(c.lastCachedNsPerByte(cls) > 0) || !(c.lastStreamingNsPerByte(cls) > 0)) {
             failCheck("family ", int(family), " class ", cls, ": ", c.windows(cls), " windows, medians ",
                       c.lastCachedNsPerByte(cls), " / ", c.lastStreamingNsPerByte(cls), " ns per byte");
@@ -322,9 +368,8 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
           }
         }
       } else {
-        for (auto family : {ShmComm::kOneShotAllreduce, ShmComm::kTwoShotAllreduce, ShmComm::kAllgather,
-                            ShmComm::kReduceScatter, ShmComm::kBroadcast}) {
-          if (p.comm.roundStoreChooser(family).windows(1) != 0) {
+        for (int family = 0; family < shm::kRoundFamilies; ++family) {
+          if (p.comm.roundStoreChooser(ShmComm::RoundFamily(family)).windows(1) != 0) {
             failCheck("rank ", r, " with slot stores ", int(o.slotStores), " ran the round chooser of family ",
                       int(family));
           }

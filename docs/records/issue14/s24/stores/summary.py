@@ -7,8 +7,8 @@ import sys
 LINE = re.compile(r"^\s*(\w+)\s+(\d+)\s+auto\s+([\d.]+)\s+percopy\s+([\d.]+) \(([\d.]+) \[[^]]*\]\)\s+cached\s+([\d.]+) "
                   r"\(([\d.]+) \[[^]]*\]\)\s+streaming\s+([\d.]+) \(([\d.]+) \[[^]]*\]\)", re.M)
 for d in sys.argv[1:]:
-    for kind in ("ar", "ag_rs_bc"):
-        for j in (1, 2, 3):
+    for kind in ("ar", "ag_rs_bc", "more"):
+        for j in range(1, 10):
             try:
                 text = open(f"{d}/{kind}_{j}.txt").read()
             except FileNotFoundError:
