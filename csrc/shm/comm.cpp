@@ -353,6 +353,7 @@ void ShmComm::startOp(const OpContext& ctx, const OpDesc& desc) {
   ensureAttached(ctx);
   opSeq_ = ctx.seq;
   stepInOp_ = 0;
+  groupProbeRequest_ = false;
   // The descriptor travels in the first round's buffer; taking the buffer first keeps a slow peer's view of the
   // previous operation's descriptor intact.
   acquireBuffer(ctx, buffer_);

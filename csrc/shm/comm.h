@@ -153,6 +153,8 @@ class ShmComm {
     kAlltoall
   };
   const RoundStoreChooser& roundStoreChooser(RoundFamily family) const { return roundChoosers_[family]; }
+  // Only from the thread that runs this rank's operations, between them.
+  RoundStoreChooser& roundStoreChooser(RoundFamily family) { return roundChoosers_[family]; }
   // The copy into our slot under TUNEDIST_SLOT_STORES=per-copy, and of every copy under RoundStoreChooser::kMinBytes
   // (its SlotStoreChooser).
   const SlotCopyIn& slotCopyIn() const { return slotCopy_; }
@@ -301,6 +303,9 @@ class ShmComm {
 
    private:
     ShmComm& comm_;
+    // The family's chooser and the operation's class while the chooser picks the stores; chooser_ while it times.
+    RoundStoreChooser* family_ = nullptr;
+    int cls_ = 0;
     RoundStoreChooser* chooser_ = nullptr;
     size_t bytes_ = 0;
     std::chrono::steady_clock::time_point start_;
@@ -367,6 +372,8 @@ class ShmComm {
   // The first wait of an operation compares descriptors (written to descBuffer_).
   bool descPending_ = false;
   int descBuffer_ = 0;
+  // Whether a rank's descriptor of this operation asked for a probe window (read by checkDescs; RoundStores::done).
+  bool groupProbeRequest_ = false;
 
   // Liveness bookkeeping: last heartbeat value seen per peer and when it last moved.
   std::vector<uint64_t> lastBeat_;

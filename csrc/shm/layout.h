@@ -18,7 +18,7 @@
 namespace tunedist::shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68735f64656e75ULL;  // "uned_shm" little-endian, after a 't' that did not fit
-constexpr uint32_t kProtocolVersion = 7;
+constexpr uint32_t kProtocolVersion = 8;
 constexpr int kNumBuffers = 2;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
@@ -27,24 +27,26 @@ constexpr size_t kAbortReasonBytes = 1024;
 // What every rank says it is doing in a given operation; compared across ranks at the first step of each
 // operation so that disagreeing ranks all fail with the same clear error instead of exchanging garbage.
 //
-// The symmetric fields are not compared: they say where this rank's buffer sits in its symmetric heap (the
+// probeRequest is not compared: every rank reads every rank's (ShmComm::checkDescs). The symmetric fields are not
+// compared either: they say where this rank's buffer sits in its symmetric heap (the
 // zero-copy engine, shm/symmetric/). Ranks run the zero-copy algorithm only when every rank's buffer is symmetric;
 // when some are and some are not, every rank sees that in the first round and all restart the operation on the
 // copying algorithm (ShmComm::runOp).
 struct OpDesc {
-  uint64_t seq;         // per-group operation sequence number
-  uint64_t count;       // agreed element or byte count (0 where ranks may legitimately differ)
-  uint64_t factorBits;  // PREMUL_SUM factor, as the bits of a double
-  uint64_t symOffset;   // byte offset of this rank's buffer in heap chunk symChunk (symmetric only)
-  uint32_t symChunk;    // index of that chunk in this rank's HeapTable (symmetric only)
-  uint32_t opcode;      // tunedist::shm::OpCode
-  int32_t root;         // root rank, or -1
-  uint8_t dtype;        // tunedist::shm::DType
-  uint8_t redop;        // tunedist::shm::RedOp
-  uint8_t valid;        // 1 once written for this operation
-  uint8_t symmetric;    // 1: this rank runs the zero-copy algorithm on the buffer at (symChunk, symOffset)
+  uint64_t seq;          // per-group operation sequence number
+  uint64_t count;        // agreed element or byte count (0 where ranks may legitimately differ)
+  uint64_t factorBits;   // PREMUL_SUM factor, as the bits of a double
+  uint64_t symOffset;    // byte offset of this rank's buffer in heap chunk symChunk (symmetric only)
+  uint32_t symChunk;     // index of that chunk in this rank's HeapTable (symmetric only)
+  uint32_t opcode;       // tunedist::shm::OpCode
+  int32_t root;          // root rank, or -1
+  uint8_t dtype;         // tunedist::shm::DType
+  uint8_t redop;         // tunedist::shm::RedOp
+  uint8_t valid;         // 1 once written for this operation
+  uint8_t symmetric;     // 1: this rank runs the zero-copy algorithm on the buffer at (symChunk, symOffset)
+  uint8_t probeRequest;  // 1: this rank asks for a probe window of the operation's stores (shm/round_stores.h)
 };
-static_assert(sizeof(OpDesc) == 48, "OpDesc layout changed: bump kProtocolVersion");
+static_assert(sizeof(OpDesc) == 56, "OpDesc layout changed: bump kProtocolVersion");
 
 struct alignas(kCacheLine) SegmentHeader {
   uint64_t magic;

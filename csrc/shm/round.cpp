@@ -207,6 +207,13 @@ ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t byte
     chooser.decide(cls, cached, streaming);
   }
   const RoundStoreChooser::Plan plan = chooser.next(bytes);
+  family_ = &chooser;
+  cls_ = cls;
+  if (chooser.probeWanted(cls) && comm.stepInOp_ == 0) {
+    // Our descriptor of this operation carries the ask; the first publish releases it (all_to_all, which publishes its
+    // sizes before it knows its class, cannot ask: it waits for its next scheduled window).
+    comm.ctl(comm.rank_).desc[comm.descBuffer_].probeRequest = 1;
+  }
   if (plan.windowClosed) {
     // Published by this operation's first step (release); read by the peers at their next operation of the class.
     RoundVerdict& mine = comm.ctl(comm.rank_).verdicts[family][cls];
@@ -225,6 +232,11 @@ ShmComm::RoundStores::RoundStores(ShmComm& comm, RoundFamily family, size_t byte
 }
 
 void ShmComm::RoundStores::done() {
+  if (family_ != nullptr && comm_.groupProbeRequest_) {
+    // Every rank read the same descriptors of this operation: all start the window at the class's next operation.
+    family_->startWindowNext(cls_);
+    family_ = nullptr;
+  }
   if (chooser_ != nullptr) {
     const auto work = std::chrono::steady_clock::now() - start_ - comm_.waited_;
     chooser_->record(double(std::chrono::duration_cast<std::chrono::nanoseconds>(work).count()) / double(bytes_));
@@ -254,6 +266,7 @@ int ShmComm::beginRound(const OpContext& ctx) {
 void ShmComm::writeDesc(int buffer, const OpDesc& desc) {
   OpDesc d = desc;
   d.valid = 1;
+  d.probeRequest = 0;
   // Plain store: the first publish of this operation releases it.
   ctl(rank_).desc[buffer] = d;
   descPending_ = true;
@@ -270,6 +283,7 @@ void ShmComm::checkDescs(const OpContext& ctx, int buffer) {
     int symmetric = 0;
     for (int p = 0; p < size_; ++p) {
       symmetric += ctl(p).desc[buffer].symmetric;
+      groupProbeRequest_ = groupProbeRequest_ || ctl(p).desc[buffer].probeRequest != 0;
     }
     if (symmetric != 0 && symmetric != size_) {
       // Some ranks run the zero-copy algorithm and some the copying one: every rank sees the same descriptors, so

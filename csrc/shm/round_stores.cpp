@@ -47,7 +47,18 @@ RoundStoreChooser::Plan RoundStoreChooser::next(size_t bytes) {
     return {c.streaming, false, true};
   }
   if (op < c.windowStart) {
-    return {c.streaming, false, false};
+    // Between windows: a large operation is timed for drift once this rank has a median of the kept mode.
+    const bool watch = bytes >= kDriftMinBytes && c.lastMedian[c.streaming ? 1 : 0] > 0 && !c.probeWanted;
+    if (watch) {
+      pendingClass_ = cls;
+      pendingMode_ = c.streaming ? 1 : 0;
+      pendingDrift_ = true;
+    }
+    return {c.streaming, watch, false};
+  }
+  if (op == c.windowStart) {
+    c.probeWanted = false;
+    c.driftCount = 0;
   }
   const uint64_t pos = op - c.windowStart;
   const bool streaming = kBlockStreams[pos / kBlockOps];
@@ -55,6 +66,7 @@ RoundStoreChooser::Plan RoundStoreChooser::next(size_t bytes) {
   if (timed) {
     pendingClass_ = cls;
     pendingMode_ = streaming ? 1 : 0;
+    pendingDrift_ = false;
   }
   return {streaming, timed, false};
 }
@@ -64,11 +76,30 @@ void RoundStoreChooser::record(double nsPerByte) {
     return;
   }
   Class& c = classes_[size_t(pendingClass_)];
+  pendingClass_ = -1;
+  if (pendingDrift_) {
+    c.drift[c.driftCount++] = nsPerByte;
+    if (c.driftCount == kDriftOps) {
+      c.driftCount = 0;
+      std::array<double, kDriftOps> s = c.drift;
+      std::sort(s.begin(), s.end());
+      const double med = 0.5 * (s[kDriftOps / 2 - 1] + s[kDriftOps / 2]);
+      c.probeWanted = med > kDriftFactor * c.lastMedian[size_t(pendingMode_)];
+    }
+    return;
+  }
   uint32_t& n = c.count[size_t(pendingMode_)];
   if (n < kSamplesPerMode) {
     c.samples[size_t(pendingMode_)][n++] = nsPerByte;
   }
-  pendingClass_ = -1;
+}
+
+void RoundStoreChooser::startWindowNext(int cls) {
+  Class& c = classes_[size_t(cls)];
+  // c.ops is the index of the class's next operation; a window already open (or due) stays as it is.
+  if (c.ops < c.windowStart) {
+    c.windowStart = c.ops;
+  }
 }
 
 void RoundStoreChooser::closeWindow(Class& c) {

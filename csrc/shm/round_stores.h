@@ -32,6 +32,14 @@
 // reader 0.032 / 0.086: equal sums, while streaming ran the loop 1.35x faster), unless it is the other one by
 // less than kSwitchMargin (no flapping on noise). Windows start at fixed operation counts: kFirstGap operations
 // after the previous one, the gap doubling up to kMaxGap.
+//
+// Between windows the host can change under a job (its two processes moved nearer or further apart: seen within a
+// 20-second job in session 24), and at up to 1024 operations apart a 64 MiB all_reduce would wait 10-20 s in the
+// wrong mode at 1.7x the time. So each rank also times its operations of at least kDriftMinBytes between windows, and
+// when the median of kDriftOps in a row costs more than kDriftFactor x its own last window median of the kept mode,
+// it asks for a window (probeWanted). The ask travels in that rank's descriptor of its next operation of the class,
+// which every rank reads at that operation's first wait (ShmComm::checkDescs), so every rank starts the window at the
+// same next operation of the class (startWindowNext): the schedule stays the same on every rank.
 #pragma once
 
 #include <array>
@@ -55,13 +63,18 @@ class RoundStoreChooser {
   static constexpr uint64_t kFirstGap = 64;
   static constexpr uint64_t kMaxGap = 1024;
   static constexpr double kSwitchMargin = 0.95;
+  static constexpr size_t kDriftMinBytes = size_t(256) << 10;
+  static constexpr uint32_t kDriftOps = 4;
+  static constexpr double kDriftFactor = 1.5;
+  static_assert(kDriftOps % 2 == 0, "the drift median takes the middle two");
 
   // Classes whose smallest size is under `streamBelowBytes` start streaming, the others cached.
   explicit RoundStoreChooser(size_t streamBelowBytes = 0);
 
   struct Plan {
     bool streaming = false;
-    // After a timed plan the caller reports the operation's work per byte to record().
+    // After a timed plan the caller reports the operation's work per byte to record() (a window's sample, or between
+    // windows one that watches for drift).
     bool timed = false;
     // This operation closed a window: the caller shares lastCachedNsPerByte / lastStreamingNsPerByte of its class.
     bool windowClosed = false;
@@ -78,6 +91,15 @@ class RoundStoreChooser {
   // The work of the operation that the last next() timed, in ns per byte. A missing report (the operation failed)
   // only leaves its window with a sample less.
   void record(double nsPerByte);
+
+  // Whether this rank's operations of the class drifted since its last window (see above); cleared when a window
+  // starts.
+  bool probeWanted(int cls) const { return classes_[size_t(cls)].probeWanted; }
+  // Asks for a window as a drift would (until the next window starts).
+  void askForWindow(int cls) { classes_[size_t(cls)].probeWanted = true; }
+  // A rank of the group wanted a window: the next operation of the class starts one, unless one is open. Every rank
+  // calls it at the same operation.
+  void startWindowNext(int cls);
 
   static int classOf(size_t bytes);
   bool streaming(int cls) const { return classes_[size_t(cls)].streaming; }
@@ -99,14 +121,20 @@ class RoundStoreChooser {
     std::array<std::array<double, kSamplesPerMode>, 2> samples{};
     std::array<uint32_t, 2> count{};
     std::array<double, 2> lastMedian{};
+    // Between windows: the kept mode's last costs, and whether they asked for a window.
+    std::array<double, kDriftOps> drift{};
+    uint32_t driftCount = 0;
+    bool probeWanted = false;
   };
   void closeWindow(Class& c);
   void decide(Class& c, double cachedNsPerByte, double streamingNsPerByte);
 
   std::array<Class, kClasses> classes_{};
-  // The class and mode of the operation that the last next() timed; -1 when it timed none.
+  // The class and mode of the operation that the last next() timed; -1 when it timed none. pendingDrift_: timed
+  // between windows.
   int pendingClass_ = -1;
   int pendingMode_ = 0;
+  bool pendingDrift_ = false;
 };
 
 }  // namespace tunedist::shm

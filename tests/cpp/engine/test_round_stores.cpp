@@ -214,6 +214,95 @@ TEST_CASE("round stores: a window missing a mode's samples (failed operations) c
   CHECK(c.streaming(1));
 }
 
+TEST_CASE("round stores: a drift of the kept mode between windows asks for a window", "[round_stores]") {
+  const size_t k1M = size_t(1) << 20;
+  const int cls = RoundStoreChooser::classOf(k1M);
+  RoundStoreChooser c;
+  // The first window keeps cached (1.0 against 2.0 ns per byte).
+  drive(c, k1M, windowEnd(0) + 2, [](bool s) { return s ? 2.0 : 1.0; });
+  REQUIRE_FALSE(c.streaming(cls));
+  REQUIRE(c.lastCachedNsPerByte(cls) == Approx(1.0));
+  // Between windows every operation of at least kDriftMinBytes is timed; costs within kDriftFactor ask nothing.
+  auto plans = drive(c, k1M, 3 * RoundStoreChooser::kDriftOps, [](bool) { return 1.4; });
+  for (const Plan& p : plans) {
+    CHECK(p.timed);
+    CHECK_FALSE(p.streaming);
+  }
+  CHECK_FALSE(c.probeWanted(cls));
+  // kDriftOps in a row at 1.6x ask for a window; nothing is timed after that until it starts.
+  plans = drive(c, k1M, RoundStoreChooser::kDriftOps, [](bool) { return 1.6; });
+  CHECK(c.probeWanted(cls));
+  CHECK_FALSE(c.next(k1M).timed);
+  // Smaller operations of the class are never timed between windows.
+  RoundStoreChooser small;
+  drive(small, size_t(64) << 10, windowEnd(0) + 2, [](bool s) { return s ? 2.0 : 1.0; });
+  for (const Plan& p : drive(small, size_t(64) << 10, 8, [](bool) { return 9.0; })) {
+    CHECK_FALSE(p.timed);
+  }
+  // The group starts it at the class's next operation: the window's schedule from there, and the ask is cleared.
+  c.startWindowNext(cls);
+  const uint32_t before = c.windows(cls);
+  plans = drive(c, k1M, RoundStoreChooser::kWindowOps + 1, [](bool s) { return s ? 1.5 : 3.0; });
+  const bool blockStreams[] = {false, true, true, false};
+  for (uint64_t pos = 0; pos < RoundStoreChooser::kWindowOps; ++pos) {
+    INFO("window position " << pos);
+    CHECK(plans[pos].streaming == blockStreams[pos / RoundStoreChooser::kBlockOps]);
+    CHECK(plans[pos].timed == (pos % RoundStoreChooser::kBlockOps >= RoundStoreChooser::kSettleOps));
+  }
+  CHECK(plans[RoundStoreChooser::kWindowOps].windowClosed);
+  CHECK(c.windows(cls) == before + 1);
+  CHECK_FALSE(c.probeWanted(cls));
+  // Decided at the next operation: streaming is now the faster.
+  c.next(k1M);
+  CHECK(c.streaming(cls));
+  // Inside an open window an ask changes nothing.
+  RoundStoreChooser w;
+  drive(w, k1M, RoundStoreChooser::kWarmOps + 3, [](bool) { return 1.0; });
+  w.startWindowNext(cls);
+  const auto rest = drive(w, k1M, RoundStoreChooser::kWindowOps - 3 + 1, [](bool) { return 1.0; });
+  CHECK(rest.back().windowClosed);
+}
+
+TEST_CASE("round stores: one rank's ask starts the window on every rank at the same operation", "[round_stores][shm]") {
+  const int size = GENERATE(2, 3);
+  ShmLeakCheck leaks;
+  ShmOptions o;
+  o.slotBytes = size_t(64) << 10;
+  o.oneShotMaxBytes = size_t(64) << 10;
+  o.spinIters = kTestSpinIters;
+  const size_t count = k16K / sizeof(float);
+  const int cls = RoundStoreChooser::classOf(k16K);
+  // After the first window is decided, the last rank asks; one operation carries the ask, the next starts a window
+  // on every rank, which closes kWindowOps later: long before the scheduled second window (windowEnd(1)).
+  const uint64_t askAt = windowEnd(0) + 2;
+  const uint64_t ops = askAt + 1 + RoundStoreChooser::kWindowOps + 1;
+  REQUIRE(ops < windowEnd(1));
+  std::vector<uint32_t> windows(static_cast<size_t>(size));
+  auto rendezvous = std::make_shared<MemRendezvous>();
+  rethrowFailures(spawn(size, [&](int r) {
+    Peer p(rendezvous, r, size, o);
+    abortingOnThrow({&p.comm}, [&] {
+      std::vector<float> in(count, float(r + 1)), out(count);
+      for (uint64_t i = 0; i < ops; ++i) {
+        if (i == askAt && r == size - 1) {
+          p.comm.roundStoreChooser(ShmComm::kOneShotAllreduce).askForWindow(cls);
+        }
+        p.comm.allreduce(p.op("all_reduce"), in.data(), out.data(), count, floatSum());
+        const float want = float(size * (size + 1) / 2);
+        if (out[0] != want || out[count - 1] != want) {
+          failAt(detail::str("all_reduce op ", i), r, 0, out[0], want);
+        }
+      }
+      windows[size_t(r)] = p.comm.roundStoreChooser(ShmComm::kOneShotAllreduce).windows(cls);
+    });
+  }));
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r);
+    CHECK(windows[size_t(r)] == 2);
+  }
+  CHECK(leaks.report() == "");
+}
+
 TEST_CASE("round stores: real groups time their operations, of one round or many, and stay exact",
           "[round_stores][shm]") {
   const int size = GENERATE(2, 3);
