@@ -31,12 +31,8 @@ import torch.distributed as dist
 from bench_call_budget import parse_size  # this folder: the same size syntax
 
 import tunedist
-from tunedist.bench_collectives import COLLECTIVES, DTYPES, MORE_COLLECTIVES, count_wrong
+from tunedist.bench_collectives import ALL_COLLECTIVES, ALL_OPS, DTYPES, count_wrong
 from tunedist.bench_contenders import C10dComm
-
-# tunedist.bench's collectives and the other nccl-tests ones (all_to_all, reduce, gather, scatter; roots rank 0).
-ALL_COLLECTIVES = {**COLLECTIVES, **MORE_COLLECTIVES}
-ALL_OPS = tuple(ALL_COLLECTIVES)
 
 
 def parse_setting(text: str) -> tuple:

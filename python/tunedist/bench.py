@@ -30,12 +30,18 @@ outnumber the cores) runs zero-copy (tunedist.symmetric). The conventions follow
       all_gather      S = n x count x typesize (the gathered array)       factor (n-1)/n
       reduce_scatter  S = n x count x typesize (the array scattered)      factor (n-1)/n
       broadcast       S = count x typesize                                factor 1
+    and, when named in --ops (roots rank 0; reduce in place, the others out of place):
+      all_to_all      S = n x count x typesize (each rank's array)        factor (n-1)/n
+      reduce          S = count x typesize                                factor 1
+      gather          S = n x count x typesize (the gathered array)       factor (n-1)/n
+      scatter         S = n x count x typesize (the array scattered)      factor (n-1)/n
   size(B) is S and count is the elements per rank (all_gather: its input; reduce_scatter: its output).
-  bench_collectives.COLLECTIVES holds one record per op with these facts and its buffers (nccl-tests' testColl).
+  bench_collectives.ALL_COLLECTIVES holds one record per op with these facts and its buffers (nccl-tests' testColl).
 - Out-of-place and in-place: torch's all_reduce and broadcast work in place only. The out-of-place all_reduce is the
   copy a caller needs (out.copy_(in)) plus the in-place op, and broadcast has only the in-place column. In place,
   all_gather's input is the rank's own chunk of the output and reduce_scatter's output is its chunk of the input.
-  The summary compares all_reduce and broadcast in place, and all_gather and reduce_scatter out of place.
+  The summary compares all_reduce and broadcast in place, and all_gather and reduce_scatter out of place (reduce in
+  place, all_to_all, gather and scatter out of place).
 - #wrong: the elements that differ from the closed form after one verification call made before the warm-up (so
   never inside the timed loop), summed over ranks. Inputs are small integers, exact in every dtype, so any
   difference is an error. deepspeed is always checked, and a deepspeed point with wrong elements is not timed (its
@@ -84,7 +90,7 @@ import torch.distributed as dist
 import tunedist
 
 from . import bench_contenders
-from .bench_collectives import COLLECTIVES, DTYPES, OPS, PRIMARY_INPLACE, REDOPS, VARIANTS, count_wrong
+from .bench_collectives import ALL_COLLECTIVES, ALL_OPS, DTYPES, OPS, PRIMARY_INPLACE, REDOPS, VARIANTS, count_wrong
 from .bench_report import RANK_REDUCTIONS, Progress, bound_section, print_tables, ratios
 from .bench_symmetric import symmetric_section, warn_zero_copy, zero_copy_row
 
@@ -117,7 +123,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, default 256K, 2M with "
                         "more ranks than cores), all measured in this run, interleaved; the summary compares each "
                         "with the first (default tuned,gloo)")
-    p.add_argument("--ops", type=_csv(OPS, "op"), default=list(OPS), help="comma-separated, default all four")
+    p.add_argument("--ops", type=_csv(ALL_OPS, "op"), default=list(OPS),
+                   help="comma-separated, default the four above; also all_to_all, reduce, gather, scatter")
     p.add_argument("-b", "--min-bytes", type=parse_size, default=8)
     p.add_argument("-e", "--max-bytes", type=parse_size, default=256 << 20)
     p.add_argument("-f", "--step-factor", type=int, default=2)
@@ -234,7 +241,7 @@ class Point:
 
 def prepare(args, contender, op, inplace, count) -> Point:
     """Buffers, the check (which also shows the path a deepspeed call takes), the warm-up and the loop size."""
-    world, dtype, coll = dist.get_world_size(), DTYPES[args.dtype], COLLECTIVES[op]
+    world, dtype, coll = dist.get_world_size(), DTYPES[args.dtype], ALL_COLLECTIVES[op]
     with _device(args):  # buffers and expected values on --device
         bufs = coll.buffers(dist.get_rank(), world, inplace, count, dtype, args.redop, contender.comm)
     call = _synchronized(bufs.call) if args.device == "cuda" else bufs.call
@@ -270,7 +277,7 @@ def run_round(point: Point) -> None:
 
 def finish(args, point: Point) -> dict:
     """The point's row: times reduced over ranks (-a), the median over rounds, percentiles, bandwidths."""
-    world, coll = dist.get_world_size(), COLLECTIVES[point.op]
+    world, coll = dist.get_world_size(), ALL_COLLECTIVES[point.op]
     row = {"backend": point.contender.name, "op": point.op, "dtype": args.dtype,
            "redop": args.redop if coll.reduces else "none", "count": point.count, "inplace": point.inplace,
            "bytes": coll.nbytes(point.count, DTYPES[args.dtype].itemsize, world), "wrong": point.wrong,
@@ -298,7 +305,7 @@ def plan(args, world: int) -> list:
     """(op, count) pairs in sweep order, one per distinct S (small sizes round up to one element per rank)."""
     itemsize, points = DTYPES[args.dtype].itemsize, []
     for op in args.ops:
-        per = COLLECTIVES[op].nbytes(1, itemsize, world)
+        per = ALL_COLLECTIVES[op].nbytes(1, itemsize, world)
         size, seen = args.min_bytes, set()
         while size <= args.max_bytes:
             count = max(1, size // per)

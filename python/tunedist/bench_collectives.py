@@ -136,13 +136,15 @@ def _all_to_all_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buff
 
 
 def _reduce_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
-    # In place, as torch's reduce: the root's tensor ends with the reduction, the others' stay as they were.
+    # In place, as torch's reduce: the root's tensor ends with the reduction. The others' tensors are undefined after
+    # it (gloo uses them as scratch), so only the root has elements to check.
     t = comm.empty(count, dtype)
-    expected = _tile(_reduced(world, 0, redop) if rank == 0 else _pattern(rank, 0), count, dtype)
+    out = t if rank == 0 else t.new_empty(0)
+    expected = _tile(_reduced(world, 0, redop), count, dtype) if rank == 0 else out.clone()
 
     def call():
         comm.reduce(t, 0, REDOPS[redop])
-    return Buffers(call, _own_input(t, rank, count, dtype), t, expected)
+    return Buffers(call, _own_input(t, rank, count, dtype), out, expected)
 
 
 def _gather_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers:
@@ -166,8 +168,8 @@ def _scatter_buffers(rank, world, inplace, count, dtype, redop, comm) -> Buffers
     return Buffers(call, _own_input(inp, rank, world * count, dtype), out, expected)
 
 
-# The other collectives of nccl-tests, for benchmarks/bench_settings.py (tunedist.bench measures COLLECTIVES): S is
-# the whole array for all of them but reduce; roots are rank 0.
+# The other collectives of nccl-tests (alltoall, reduce, gather, scatter), measured when asked for by name: S is the
+# whole array for all of them but reduce; roots are rank 0.
 MORE_COLLECTIVES = {c.name: c for c in (
     Collective("all_to_all", variants=(False,), summary_inplace=False, reduces=False, whole_array=True,
                busbw_factor=lambda n: (n - 1) / n, buffers=_all_to_all_buffers),
@@ -178,8 +180,11 @@ MORE_COLLECTIVES = {c.name: c for c in (
     Collective("scatter", variants=(False,), summary_inplace=False, reduces=False, whole_array=True,
                busbw_factor=lambda n: (n - 1) / n, buffers=_scatter_buffers),
 )}
-VARIANTS = {name: c.variants for name, c in COLLECTIVES.items()}  # in-place flags measured per op
-PRIMARY_INPLACE = {name: c.summary_inplace for name, c in COLLECTIVES.items()}
+# Every op the benchmarks take; OPS (the four above) is the default.
+ALL_COLLECTIVES = {**COLLECTIVES, **MORE_COLLECTIVES}
+ALL_OPS = tuple(ALL_COLLECTIVES)
+VARIANTS = {name: c.variants for name, c in ALL_COLLECTIVES.items()}  # in-place flags measured per op
+PRIMARY_INPLACE = {name: c.summary_inplace for name, c in ALL_COLLECTIVES.items()}
 
 
 def count_wrong(bufs: Buffers) -> int:

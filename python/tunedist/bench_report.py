@@ -171,10 +171,14 @@ def print_summary(results, args, meta) -> None:
     prim = {(r["backend"], r["op"], r["bytes"]): r for r in results if r["inplace"] == meta["primary_inplace"][r["op"]]}
     by_point = {(s["backend"], s["op"], s["bytes"]): s for s in meta["summary"]}
     bound = meta["bound"]["busbw_gbps"]
+    ops = list(dict.fromkeys(r["op"] for r in results))
+    variants = "; ".join(f"{', '.join(o for o in ops if meta['primary_inplace'][o] == ip)} {where}"
+                         for ip, where in ((True, "in place"), (False, "out of place"))
+                         if any(meta["primary_inplace"][o] == ip for o in ops))
     for other in args.backends[1:]:
-        print(f"#\n# summary: {ref} vs {other} (all_reduce, broadcast in place; all_gather, reduce_scatter out of "
-              f"place); ratio = {other} time / {ref} time, median over {args.rounds} rounds [min-max]; all_reduce "
-              f"bound {bound:.2f} GB/s; cpu = CPU time per op of all ranks' processes together")
+        print(f"#\n# summary: {ref} vs {other} ({variants}); ratio = {other} time / {ref} time, median over "
+              f"{args.rounds} rounds [min-max]; all_reduce bound {bound:.2f} GB/s; cpu = CPU time per op of all ranks' "
+              f"processes together")
         w = max(12, len(ref) + 7, len(other) + 7)
         print(f"#{'size(B)':>11} {'op':>15} {ref + ' us':>{w}} {other + ' us':>{w}} {'ratio':>7} {'[min-max]':>13} "
               f"{ref + ' busbw':>{w}} {other + ' busbw':>{w}} {ref + '/bound':>{w}} {ref + ' cpu us':>{w}} "

@@ -54,6 +54,23 @@ def bench_run(tmp_path_factory):
     return json.loads(out.read_text()), text
 
 
+def test_bench_measures_the_other_nccl_tests_ops(tmp_path):
+    """all_to_all, reduce, gather and scatter, named in --ops: every point checked against its closed form on both
+    backends (#wrong 0), in the variant each has, and the tables print them."""
+    more = list(MORE_COLLECTIVES)
+    out = tmp_path / "more.json"
+    text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,gloo", "--ops", ",".join(more), "-b", "4K", "-e",
+                     "64K", "-f", "16", "-n", "3", "-w", "1", "--rounds", "1", "--memcpy-bytes", "1M", "--no-progress",
+                     "--json", str(out))
+    data = json.loads(out.read_text())
+    seen = {(r["backend"], r["op"], r["inplace"], r["bytes"]) for r in data["results"]}
+    assert seen == {(b, op, ip, n) for b in ("tuned", "gloo") for op in more for ip in bench.VARIANTS[op]
+                    for n in (4096, 65536)}
+    assert all(r["wrong"] == 0 for r in data["results"]), data["results"]
+    for op in more:
+        assert f"backend tuned: {op}" in text and f"backend gloo: {op}" in text
+
+
 def test_bench_json_schema(bench_run):
     data, _ = bench_run
     assert data["world_size"] == 2
