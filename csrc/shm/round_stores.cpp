@@ -8,9 +8,10 @@ namespace {
 // Probe block b's mode: cached, streaming, streaming, cached.
 constexpr bool kBlockStreams[RoundStoreChooser::kProbeBlocks] = {false, true, true, false};
 
-// The median of n samples (n > 0): the mean of the middle two when n is even.
-double median(std::array<double, RoundStoreChooser::kSamplesPerMode> s, uint32_t n) {
-  n = std::min(n, RoundStoreChooser::kSamplesPerMode);
+// The median of the first n samples (0 < n <= N): the mean of the middle two when n is even.
+template <size_t N>
+double median(std::array<double, N> s, uint32_t n) {
+  n = std::min(n, uint32_t(N));
   std::sort(s.begin(), s.begin() + n);
   return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
@@ -81,10 +82,7 @@ void RoundStoreChooser::record(double nsPerByte) {
     c.drift[c.driftCount++] = nsPerByte;
     if (c.driftCount == kDriftOps) {
       c.driftCount = 0;
-      std::array<double, kDriftOps> s = c.drift;
-      std::sort(s.begin(), s.end());
-      const double med = 0.5 * (s[kDriftOps / 2 - 1] + s[kDriftOps / 2]);
-      c.probeWanted = med > kDriftFactor * c.lastMedian[size_t(pendingMode_)];
+      c.probeWanted = median(c.drift, kDriftOps) > kDriftFactor * c.lastMedian[size_t(pendingMode_)];
     }
     return;
   }

@@ -66,7 +66,6 @@ class RoundStoreChooser {
   static constexpr size_t kDriftMinBytes = size_t(256) << 10;
   static constexpr uint32_t kDriftOps = 4;
   static constexpr double kDriftFactor = 1.5;
-  static_assert(kDriftOps % 2 == 0, "the drift median takes the middle two");
 
   // Classes whose smallest size is under `streamBelowBytes` start streaming, the others cached.
   explicit RoundStoreChooser(size_t streamBelowBytes = 0);
