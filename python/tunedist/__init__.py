@@ -21,7 +21,7 @@ from ._paths import cmake_prefix_path, include_dir
 from .symmetric import is_symmetric, symmetric_empty, symmetric_heap_stats
 
 __all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level", "nccl_compiled_in",
-           "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats"]
+           "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats", "all_reduce"]
 
 BACKEND_NAME = "tuned"
 _log = logging.getLogger("tunedist")
@@ -51,6 +51,8 @@ def _load_native():
 
 
 _C = _load_native()
+
+from .ops import all_reduce  # noqa: E402  (needs the operator that _C's library registers)
 
 
 def _torchcomms_requested() -> bool:

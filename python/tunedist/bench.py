@@ -10,11 +10,14 @@ shared-memory all_reduce, interleaved in one run.
 
 Contenders (tunedist.bench_contenders): each name in --backends is a c10d backend with a group of its own, or
 `deepspeed`, deepspeed.comm.inference_all_reduce (pip install deepspeed; all_reduce only, its other ops are skipped
-with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset), or `tuned+sym`, a tuned group of its
-own whose buffers (every tensor passed to the op: out-of-place inputs and outputs too) come from that group's
-symmetric heap (tunedist.symmetric_empty) instead of torch.empty, so that a point whose S is at least
-the group's zero-copy threshold (TUNEDIST_SYMMETRIC_MIN_BYTES; by default 256 KiB, or 2 MiB where the ranks
-outnumber the cores) runs zero-copy (tunedist.symmetric). The conventions follow nccl-tests
+with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset), or `tuned+sym`, a tuned group of its own
+whose buffers (every tensor passed to the op: out-of-place inputs and outputs too) come from that group's symmetric
+heap (tunedist.symmetric_empty) instead of torch.empty, so that a point whose S is at least the group's zero-copy
+threshold (TUNEDIST_SYMMETRIC_MIN_BYTES; by default 256 KiB, or 2 MiB where the ranks outnumber the cores) runs
+zero-copy (tunedist.symmetric), or `tuned-op`, tunedist.all_reduce on a tuned group of its own (the same engine
+through a torch operator instead of torch.distributed's Python layer; all_reduce only), or `deepspeed-op`, DeepSpeed's
+kernel torch.ops.deepspeed.inference_all_reduce_ called without its Python API (SUM only). The conventions follow
+nccl-tests
 (doc/PERFORMANCE.md; docs/anchors.md part 1, sections 7 and 8):
 - Interleaving: at each point (op, variant, size) every contender is checked and warmed up, then the contenders take
   turns, one timed loop each, for --rounds rounds (A B C A B C ...), so load drift on a shared machine hits them
@@ -119,9 +122,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tunedist.bench", description=__doc__.split("\n")[0],
                                 epilog="Run it under torchrun; rank 0 prints. Conventions: see the module docstring.")
     p.add_argument("--backends", type=_csv(None, "backend"), default=["tuned", "gloo"],
-                   help="comma-separated CPU c10d backends, deepspeed and/or tuned+sym (a tuned group on buffers "
-                        "from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, default 256K, 2M with "
-                        "more ranks than cores), all measured in this run, interleaved; the summary compares each "
+                   help="comma-separated CPU c10d backends, deepspeed, deepspeed-op, tuned-op and/or tuned+sym (a "
+                        "tuned group on buffers from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, "
+                        "default 256K, 2M with more ranks than cores), all measured in this run, interleaved; the "
+                        "summary compares each "
                         "with the first (default tuned,gloo)")
     p.add_argument("--ops", type=_csv(ALL_OPS, "op"), default=list(OPS),
                    help="comma-separated, default the four above; also all_to_all, reduce, gather, scatter")
@@ -164,14 +168,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _backend_problem(name: str, device: str) -> str | None:
-    if name == bench_contenders.DEEPSPEED:
+    if name in (bench_contenders.DEEPSPEED, bench_contenders.DEEPSPEED_OP):
         return bench_contenders.deepspeed_problem(device)
     if name == bench_contenders.TUNED_SYM:
         return bench_contenders.symmetric_problem(device)
-    caps = dist.Backend.backend_capability.get(name.lower())
+    caps = dist.Backend.backend_capability.get("tuned" if name == bench_contenders.TUNED_OP else name.lower())
     if caps is None:
         return (f"unknown backend {name!r}: registered are {', '.join(sorted(dist.Backend.backend_capability))}, "
-                f"and {bench_contenders.DEEPSPEED}, {bench_contenders.TUNED_SYM}")
+                f"and {', '.join(bench_contenders.OTHER_CONTENDERS)}")
     if device not in caps:
         return f"backend {name!r} does not serve {device} tensors (devices {caps}); see --device"
     return None

@@ -11,6 +11,11 @@
   bench gives it the whole world. It needs DS_ACCELERATOR=cpu and LOCAL_SIZE = the ranks on this host (the shm
   path needs every rank there); DeepSpeed reads both when it is imported and initialised, so the bench sets them
   when unset, before the import.
+- `tuned-op` is tunedist.all_reduce on a `tuned` group of its own: the same engine as `tuned`, called through the
+  operator torch.ops.tunedist.all_reduce_ instead of torch.distributed's Python layer (tunedist.ops), as DeepSpeed's
+  API calls its kernel. `deepspeed-op` is that kernel, torch.ops.deepspeed.inference_all_reduce_, called directly
+  (no Python wrapper). Both have all_reduce only; deepspeed-op reduces over the world and sums whatever op it is
+  given, so only its SUM points are right (the others are checked, found wrong and not timed).
 - DeepSpeed's limitations, as benchmarks/probe_deepspeed.py measured them, are in DEEPSPEED_NOTES. The bench does not
   rely on them: it checks every point and times no deepspeed point whose check found wrong elements.
 """
@@ -18,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 from dataclasses import dataclass, field
@@ -28,7 +34,11 @@ import torch.distributed as dist
 import tunedist
 
 DEEPSPEED = "deepspeed"
+DEEPSPEED_OP = "deepspeed-op"
 TUNED_SYM = "tuned+sym"
+TUNED_OP = "tuned-op"
+# The contenders that are not c10d backend names.
+OTHER_CONTENDERS = (DEEPSPEED, DEEPSPEED_OP, TUNED_SYM, TUNED_OP)
 PROBED_VERSION = "0.19.8"
 # What benchmarks/probe_deepspeed.py measured (records: docs/records/bench_ds/*probe*), printed when deepspeed runs.
 DEEPSPEED_NOTES = (
@@ -100,6 +110,16 @@ class SymmetricComm(C10dComm):
         return len(tunedist._C.host_layout(self.group._get_backend(torch.device("cpu")))) == 1
 
 
+class DirectComm(C10dComm):
+    """A `tuned` group of its own, all_reduce through tunedist.all_reduce (the operator, no torch.distributed)."""
+
+    def __init__(self):
+        super().__init__("tuned")
+
+    def all_reduce(self, t, op):
+        tunedist.all_reduce(t, op, self.group)
+
+
 class DeepSpeedComm:
     """deepspeed.comm.inference_all_reduce on the world (it has no other op and takes no group)."""
 
@@ -114,6 +134,22 @@ class DeepSpeedComm:
 
     def close(self):
         pass  # DeepSpeed has no teardown for its shm op; deepspeed_init already unlinked the segments
+
+
+class DeepSpeedOpComm(DeepSpeedComm):
+    """DeepSpeed's kernel, torch.ops.deepspeed.inference_all_reduce_, without its Python API around it: SUM over the
+    world whatever `op` says (the checks catch the other ops)."""
+
+    def __init__(self):
+        super().__init__()
+        if not self.info["shm_op"]:
+            raise RuntimeError(f"{DEEPSPEED_OP}: DeepSpeed {self.info['version']} did not register "
+                               f"torch.ops.deepspeed.inference_all_reduce_ (its shm op failed to build or load); "
+                               f"see its build log above, or drop {DEEPSPEED_OP}")
+        self.kernel = torch.ops.deepspeed.inference_all_reduce_
+
+    def all_reduce(self, t, op):
+        self.kernel(t)
 
 
 @dataclass
@@ -141,18 +177,23 @@ class Contender:
 
     def observe(self):
         """A context that yields what ran at a point (.path()): for deepspeed its kernel or its fallback."""
-        return count_calls() if self.name == DEEPSPEED else contextlib.nullcontext(Seen(fixed="c10d"))
+        if self.name == DEEPSPEED:
+            return count_calls()
+        return contextlib.nullcontext(Seen(fixed={DEEPSPEED_OP: "shm", TUNED_OP: "op"}.get(self.name, "c10d")))
 
 
 def make(name: str) -> Contender:
-    """The contender `name`: deepspeed, tuned+sym, or else a c10d backend (every rank, after init_process_group)."""
+    """The contender `name`: deepspeed, deepspeed-op, tuned+sym, tuned-op, or else a c10d backend (every rank, after
+    init_process_group)."""
+    if name == TUNED_OP:
+        return Contender(name, DirectComm(), ops=("all_reduce",))
     if name == TUNED_SYM:
         comm = SymmetricComm()
         # The least buffer (S, as the bench defines it) that runs zero-copy, as the backend chose it for the group.
         return Contender(name, comm, info={"min_bytes": comm.heap_stats()["min_bytes"]})
-    if name != DEEPSPEED:
+    if name not in (DEEPSPEED, DEEPSPEED_OP):
         return Contender(name, C10dComm(name))
-    comm = DeepSpeedComm()
+    comm = DeepSpeedComm() if name == DEEPSPEED else DeepSpeedOpComm()
     info = comm.info
     here = (f"This run: DeepSpeed {info['version']}, shm kernel level {info['kernel_level']} (2 avx512bw, 1 avx2)"
             f"{'' if info['version'] == PROBED_VERSION else '; not the version probed: rerun the probe'}.")
@@ -266,8 +307,10 @@ def _segment(rank: int) -> str:
             f"{os.environ.get('MASTER_PORT', '')}_{rank}")
 
 
+@functools.cache
 def deepspeed_init():
-    """deepspeed.init_distributed() over the default group; returns (deepspeed.comm, facts). Every rank calls it.
+    """deepspeed.init_distributed() over the default group; returns (deepspeed.comm, facts). Every rank calls it,
+    once per process (deepspeed and deepspeed-op share it).
 
     DeepSpeed never unlinks its shm workspaces (about 66 MiB per rank), so once every rank has mapped its peers'
     (deepspeed's init returns only then), each rank unlinks its own."""

@@ -366,6 +366,40 @@ def test_bench_does_not_time_deepspeed_wrong_results(tmp_path):
     assert "not timed (wrong results)" in text
 
 
+def test_bench_times_tuned_op_beside_tuned(tmp_path):
+    """tuned-op (tunedist.all_reduce on a tuned group of its own) beside tuned: right at every point, every dtype's
+    check passes (bf16 here), and the ops it lacks are skipped with a note."""
+    out = tmp_path / "op.json"
+    text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,tuned-op", "--ops", "all_reduce,broadcast", "-d",
+                     "bfloat16", "-o", "max", "-b", "64", "-e", "4K", "-f", "8", "-n", "3", "-w", "1", "--rounds",
+                     str(ROUNDS), "--memcpy-bytes", "8M", "--no-progress", "--json", str(out))
+    data = json.loads(out.read_text())
+    op = [r for r in data["results"] if r["backend"] == "tuned-op"]
+    assert {r["op"] for r in op} == {"all_reduce"} and len(op) == 2 * 3  # 2 variants x 64 B, 512 B, 4 KiB
+    for r in op:
+        assert r["dtype"] == "bfloat16" and r["wrong"] == 0 and r["path"] == "op" and r["time_us"] > 0, r
+    assert data["skipped"] == [{"backend": "tuned-op", "op": "broadcast", "reason": "tuned-op has all_reduce only"}]
+    assert {s["backend"] for s in data["summary"]} == {"tuned-op"}
+    assert "# backend tuned-op: all_reduce (path op)" in text and "# summary: tuned vs tuned-op" in text
+
+
+@needs_deepspeed
+def test_bench_times_deepspeed_kernel_without_its_api(tmp_path):
+    """deepspeed-op (DeepSpeed's kernel, no Python API) beside tuned-op: float32 SUM right on both; MAX comes back
+    as the sum from the kernel, is counted wrong and not timed."""
+    rows = {}
+    for redop, rc in (("sum", 0), ("max", 1)):
+        out = tmp_path / f"{redop}.json"
+        _torchrun("-m", "tunedist.bench", "--backends", "tuned-op,deepspeed-op", "--ops", "all_reduce", "-o", redop,
+                  "-b", "64", "-e", "4K", "-f", "8", "-n", "3", "-w", "1", "--rounds", "1", "--memcpy-bytes", "8M",
+                  "--no-progress", "--json", str(out), rc=rc, timeout=DS_TIMEOUT_S, unset=DS_ENV)
+        rows[redop] = json.loads(out.read_text())["results"]
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows["sum"] + rows["max"] if r["backend"] == "tuned-op")
+    ds = {k: [r for r in v if r["backend"] == "deepspeed-op"] for k, v in rows.items()}
+    assert len(ds["sum"]) == 6 and all(r["wrong"] == 0 and r["path"] == "shm" and r["time_us"] > 0 for r in ds["sum"])
+    assert len(ds["max"]) == 6 and all(r["wrong"] > 0 and r["time_us"] is None for r in ds["max"])
+
+
 def test_main_job_trains_both_runs_and_saves_its_record(tmp_path):
     """The README's first command, shrunk: gloo + default DDP beside tuned + tuner + hook in one torchrun."""
     out, plot = tmp_path / "main_job.json", tmp_path / "main_job.png"
