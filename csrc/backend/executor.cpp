@@ -3,7 +3,7 @@
 #include <c10/util/Exception.h>
 #include <sched.h>
 
-#include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "core/env.h"
@@ -35,11 +35,15 @@ Executor::Executor(int rank, Options options, Prepare prepare)
 
 Executor::~Executor() { shutdown(); }
 
+void Executor::checkOpenLocked(const char* name) const {
+  TORCH_CHECK(!stop_, "tunedist: ", name, " on rank ", rank_, ": the process group was shut down or aborted");
+}
+
 c10::intrusive_ptr<TunedWork> Executor::admitLocked(c10d::OpType type, const char* name,
                                                     std::vector<at::Tensor> outputs,
                                                     const std::vector<at::Tensor>& inputs,
                                                     std::chrono::milliseconds timeout) {
-  TORCH_CHECK(!stop_, "tunedist: ", name, " on rank ", rank_, ": the process group was shut down or aborted");
+  checkOpenLocked(name);
   auto work = c10::make_intrusive<TunedWork>(rank_, type, name, ++seq_, std::move(outputs), inputs, timeout);
   if (coalescing_) {
     coalesced_.push_back(work);
@@ -67,10 +71,10 @@ void Executor::enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body bod
   queue_.push_back(Item{work, std::move(body), timeout, name});
 }
 
-shm::OpContext Executor::contextFor(const TunedWork& work, const char* name, std::chrono::milliseconds timeout) {
+shm::OpContext Executor::contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout) {
   // Messages name the op as users call it ("all_reduce"), not by its profiler title ("tuned:all_reduce").
-  const char* opName = std::strncmp(name, "tuned:", 6) == 0 ? name + 6 : name;
-  return shm::OpContext{opName, work.getSequencenumber(), std::chrono::steady_clock::now() + timeout};
+  const char* opName = std::string_view(name).substr(0, 6) == "tuned:" ? name + 6 : name;
+  return shm::OpContext{opName, seq, std::chrono::steady_clock::now() + timeout};
 }
 
 void Executor::finishRun(TunedWork& work, std::exception_ptr error) {
@@ -113,7 +117,7 @@ void Executor::runNextLocked(std::unique_lock<std::mutex>& lock) {
 void Executor::runLocked(Item& item, std::unique_lock<std::mutex>& lock) {
   busy_ = true;
   lock.unlock();
-  finishRun(*item.work, runBody(*item.work, item.name, item.timeout, item.body));
+  finishRun(*item.work, runBody(item.work->getSequencenumber(), item.name, item.timeout, item.body));
   lock.lock();
 }
 

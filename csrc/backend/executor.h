@@ -4,7 +4,8 @@
 //   * launch() takes the next per-group sequence number, wraps the operation in a TunedWork and queues it; one
 //     worker thread runs the queue.
 //   * A synchronous call (async_op=False) with nothing queued runs inline on the caller's thread: no hand-off. So
-//     does an asynchronous one where Options::inlineAsync says so (a group of one rank).
+//     does an asynchronous one where Options::inlineAsync says so (a group of one rank). runNow() runs such a call
+//     without making a Work at all (torch.ops.tunedist.all_reduce_, which returns none).
 //   * A thread that waits for a queued Work runs the queue itself while the worker is idle (helpUntil): waking the
 //     worker costs 50-200 us on a virtual machine.
 //   * A future callback on the worker that issues another operation and waits for it (torch's PowerSGD hook does)
@@ -76,6 +77,12 @@ class Executor : public std::enable_shared_from_this<Executor> {
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                         const std::vector<at::Tensor>& inputs, bool asyncOp,
                                         std::chrono::milliseconds timeout, size_t bytes, F&& body);
+  // Runs a synchronous operation on the caller's thread now, without a Work, where launch() would run it inline
+  // (nothing queued or running, no coalescing block), and returns true; it takes the next sequence number as launch()
+  // does and throws the operation's failure as that Work's wait() would (a c10::DistBackendError). Otherwise runs
+  // nothing and returns false: the caller launches it.
+  template <typename F>
+  bool runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body);
   // Records a Work made outside launch() (send/recv) in the coalesced block being built, if any.
   void trackWork(const c10::intrusive_ptr<c10d::Work>& work);
   void startCoalescing();
@@ -98,6 +105,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
     const char* name;
   };
 
+  // With mutex_ held: refuses a call after shutdown, naming it.
+  void checkOpenLocked(const char* name) const;
   // With mutex_ held: the next sequence number and its Work (recorded in an open coalescing block).
   c10::intrusive_ptr<TunedWork> admitLocked(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                             const std::vector<at::Tensor>& inputs, std::chrono::milliseconds timeout);
@@ -107,10 +116,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body body, std::chrono::milliseconds timeout,
                      const char* name);
   // The context an operation runs with: its name as users call it, its sequence number and deadline.
-  static shm::OpContext contextFor(const TunedWork& work, const char* name, std::chrono::milliseconds timeout);
+  static shm::OpContext contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout);
   // Runs `prepare` and then the operation's body (queued or inline) without the lock; returns its failure, if any.
   template <typename F>
-  std::exception_ptr runBody(const TunedWork& work, const char* name, std::chrono::milliseconds timeout, F& body);
+  std::exception_ptr runBody(uint64_t seq, const char* name, std::chrono::milliseconds timeout, F& body);
   // After a run, with the lock not held: frees the engine for the queue, then completes the Work (its callbacks
   // run on this thread).
   void finishRun(TunedWork& work, std::exception_ptr error);
@@ -158,14 +167,33 @@ c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* n
   // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
   busy_ = true;
   lock.unlock();
-  finishRun(*work, runBody(*work, name, timeout, body));
+  finishRun(*work, runBody(work->getSequencenumber(), name, timeout, body));
   return work;
 }
 
 template <typename F>
-std::exception_ptr Executor::runBody(const TunedWork& work, const char* name, std::chrono::milliseconds timeout,
-                                     F& body) {
-  const shm::OpContext ctx = contextFor(work, name, timeout);
+bool Executor::runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  checkOpenLocked(name);
+  if (!mayRunInlineLocked(false, bytes)) {
+    return false;
+  }
+  const uint64_t seq = ++seq_;
+  busy_ = true;
+  lock.unlock();
+  std::exception_ptr error = runBody(seq, name, timeout, body);
+  lock.lock();
+  releaseEngineLocked();
+  lock.unlock();
+  if (error) {
+    std::rethrow_exception(asDistBackendError(std::move(error)));
+  }
+  return true;
+}
+
+template <typename F>
+std::exception_ptr Executor::runBody(uint64_t seq, const char* name, std::chrono::milliseconds timeout, F& body) {
+  const shm::OpContext ctx = contextFor(seq, name, timeout);
   try {
     prepare_(ctx);
     body(ctx);

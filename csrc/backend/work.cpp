@@ -125,10 +125,6 @@ void TunedWork::complete() {
   finish();
 }
 
-namespace {
-// Engine failures (tunedist::Error and its TimeoutError/PeerDeadError) reach users as c10::DistBackendError, which
-// Python raises as torch.distributed.DistBackendError (a RuntimeError), as it does for gloo's and NCCL's failures;
-// the message keeps the op, sequence number, ranks and cause. Errors that are already c10 errors stay as they are.
 std::exception_ptr asDistBackendError(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
@@ -140,7 +136,6 @@ std::exception_ptr asDistBackendError(std::exception_ptr error) {
     return error;
   }
 }
-}  // namespace
 
 void TunedWork::completeWithError(std::exception_ptr error) {
   error = asDistBackendError(std::move(error));

@@ -16,6 +16,12 @@
 
 namespace tunedist {
 
+// An operation's failure as its Work (and torch.ops.tunedist.all_reduce_) hands it to users: engine failures
+// (tunedist::Error and its TimeoutError/PeerDeadError) become c10::DistBackendError, which Python raises as
+// torch.distributed.DistBackendError (a RuntimeError), as it does for gloo's and NCCL's failures; the message keeps
+// the op, sequence number, ranks and cause. Errors that are already c10 errors stay as they are.
+std::exception_ptr asDistBackendError(std::exception_ptr error);
+
 class TunedWork : public c10d::Work {
  public:
   // `profilingTitle` and `inputs` reach the profiler only while this thread has profiler callbacks (see work.cpp).

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/tuned_backend.h"
+
 namespace tunedist {
 namespace {
 
@@ -58,8 +60,14 @@ void allReduceInPlace(at::Tensor& tensor, std::string op, std::string groupName)
                 "' in this process (pass group.group_name of a live group; tunedist.all_reduce does): ",
                 e.what_without_backtrace());
   }
-  // The backend that dist.all_reduce would reach for this tensor (c10d's allreduce_ op on this device type).
+  // The backend that dist.all_reduce would reach for this tensor (c10d's allreduce_ op on this device type). A tuned
+  // one runs the call without a Work where it can; under TORCH_DISTRIBUTED_DEBUG=DETAIL it is wrapped (torch's
+  // ProcessGroupWrapper, which checks the call against the peers first) and goes the general way.
   auto backend = group->getBackend(tensor.device().type());
+  if (auto* tuned = dynamic_cast<TunedBackend*>(backend.get())) {
+    tuned->allreduceNow(tensor, opts);
+    return;
+  }
   std::vector<at::Tensor> tensors{tensor};
   backend->allreduce(tensors, opts)->wait();
 }

@@ -123,6 +123,31 @@ def test_ranks_that_disagree_all_get_the_error():
         assert "rank 0 called all_reduce" in msg and "count 1024" in msg and "count 2048" in msg, msg
 
 
+def _debug_detail(rank: int, world: int) -> str:
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the backend (ProcessGroupWrapper): the operator takes the
+    general path through it, and the wrapper's own check catches ranks that disagree."""
+    from torch.distributed.distributed_c10d import DebugLevel, get_debug_level
+
+    import tunedist
+
+    assert get_debug_level() == DebugLevel.DETAIL
+    t = _input(rank, 1001, torch.float32, "sum")
+    tunedist.all_reduce(t)
+    problem = mismatch(t, _expected(world, 1001, torch.float32, "sum"))
+    assert not problem, problem
+    try:
+        tunedist.all_reduce(torch.ones(16 if rank == 0 else 32))
+    except RuntimeError as e:
+        return str(e)
+    raise AssertionError("ranks that disagree got no error under DETAIL")
+
+
+def test_debug_detail_goes_through_torchs_wrapper():
+    messages = launch(2, _debug_detail, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    for msg in messages:
+        assert "mismatch" in msg.lower() or "disagree" in msg, msg
+
+
 def _dead_peer(rank: int, world: int) -> str:
     import tunedist
 
