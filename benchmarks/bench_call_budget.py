@@ -1,4 +1,5 @@
-"""Where the time of one CPU `dist.all_reduce` goes, per size: a per-call budget beside the c10d floor.
+"""Where the time of one CPU `dist.all_reduce` goes, per size: a per-call budget beside the c10d floor; the same for
+`tunedist.all_reduce` (the operator, no torch.distributed Python) beside the operator floor.
 
     torchrun --standalone --nproc_per_node=2 benchmarks/bench_call_budget.py --json budget.json
 
@@ -13,13 +14,19 @@ hits all rows alike. A row's figure is the median over rounds of its per-round m
   tuned       dist.all_reduce on the job's `tuned` group (all ranks): the above plus synchronisation and the bytes.
   tuned_async       the same with async_op=True and work.wait(): the worker thread's hand-off on top.
   gloo        the same on gloo, for scale.
+  op_floor    torch.ops._c10d_functional.wait_tensor on a tensor with no pending collective: a torch operator called
+              from Python that finds nothing to do. The floor of any operator-based all_reduce (DeepSpeed's too).
+  tuned_op_ws1      tunedist.all_reduce on the world-size-1 `tuned` group: that floor plus tunedist's own cost.
+  tuned_op    tunedist.all_reduce on the job's `tuned` group.
   deepspeed   deepspeed.comm.inference_all_reduce (its shared-memory all_reduce; tunedist.bench_contenders), when
               DeepSpeed is installed: the peer to beat (float32 SUM runs its shm kernel).
+  deepspeed_op      its kernel, torch.ops.deepspeed.inference_all_reduce_, called without its Python API.
   kernels     the engine's own copy (into a slot, cached stores as the engine makes it) and reduce (P sources) of
               S bytes, timed in C++ on warm buffers (tunedist._C.measure_kernels_us): what the bytes cost at this
               machine's cache and memory speed. What moving them between cores adds shows under synchronisation.
 The budget splits `tuned` into: floor (fake), tunedist per call (tuned_ws1 - fake), bytes (kernels) and
-synchronisation (the rest: tuned - tuned_ws1 - kernels + the ws1 self-copy, never below zero).
+synchronisation (the rest: tuned - tuned_ws1 - kernels + the ws1 self-copy, never below zero); and `tuned_op` the
+same way with op_floor and tuned_op_ws1.
 """
 
 from __future__ import annotations
@@ -69,8 +76,15 @@ def make_rows(args, groups, t: torch.Tensor, ds) -> dict:
     }
     if not args.no_gloo:
         rows["gloo"] = lambda: dist.all_reduce(t, group=groups["gloo"])
+    wait_tensor = torch.ops._c10d_functional.wait_tensor.default
+    rows["op_floor"] = lambda: wait_tensor(t)
+    rows["tuned_op_ws1"] = lambda: tunedist.all_reduce(t, group=groups["tuned_ws1"])
+    rows["tuned_op"] = lambda: tunedist.all_reduce(t, group=groups["tuned"])
     if ds is not None:
         rows["deepspeed"] = lambda: ds.all_reduce(t, dist.ReduceOp.SUM)
+        if ds.info["shm_op"]:
+            kernel = torch.ops.deepspeed.inference_all_reduce_
+            rows["deepspeed_op"] = lambda: kernel(t)
     return rows
 
 
@@ -101,7 +115,8 @@ def measure(args, ds) -> dict:
             t.fill_(1.0)
             for name, call in rows.items():  # every row's result, once per size and round (outside the timing)
                 call()
-                want = 1.0 if name in ("fake", "tuned_ws1", "tuned_ws1_async") else float(world)  # fake moves nothing
+                # fake and the floor move nothing; a world-size-1 group has nothing to add
+                want = 1.0 if name in ("fake", "tuned_ws1", "tuned_ws1_async", "op_floor", "tuned_op_ws1") else world
                 assert bool((t == want).all()), f"{name} all_reduce of {nbytes} B gave a wrong result"
                 t.fill_(1.0)
     return {"world_size": world, "sizes": sizes, "samples": samples, "kernels": kernels}
@@ -115,13 +130,17 @@ def summarize(raw: dict) -> list:
         copy_us = statistics.median(k["copy_us"] for k in raw["kernels"][nbytes])
         reduce_us = statistics.median(k["reduce_us"] for k in raw["kernels"][nbytes])
         self_copy_us = statistics.median(k["self_copy_us"] for k in raw["kernels"][nbytes])
-        ours = med["tuned_ws1"] - med["fake"]
         bytes_us = copy_us + reduce_us
-        sync = max(0.0, med["tuned"] - med["tuned_ws1"] + self_copy_us - bytes_us)
+
+        def budget(floor: str, ws1: str, total: str) -> dict:
+            return {"floor": med[floor], "tunedist_per_call": med[ws1] - med[floor], "bytes": bytes_us,
+                    "synchronisation": max(0.0, med[total] - med[ws1] + self_copy_us - bytes_us),
+                    "total": med[total]}
+
         out.append({"bytes": nbytes, "median_us": med, "min_max_us": spread,
                     "kernels_us": {"copy": copy_us, "reduce": reduce_us, "ws1_self_copy": self_copy_us},
-                    "budget_us": {"c10d_floor": med["fake"], "tunedist_per_call": ours, "bytes": bytes_us,
-                                  "synchronisation": sync, "total": med["tuned"]}})
+                    "budget_us": budget("fake", "tuned_ws1", "tuned"),
+                    "op_budget_us": budget("op_floor", "tuned_op_ws1", "tuned_op")})
     return out
 
 
@@ -133,12 +152,15 @@ def print_table(rows: list, raw: dict, load: tuple) -> None:
     print(f"#{'size':>9} " + " ".join(f"{n:>16}" for n in names))
     for r in rows:
         print(f"{r['bytes']:>10} " + " ".join(f"{r['median_us'][n]:>16.2f}" for n in names))
-    print("#\n# budget of tuned (µs): c10d floor | tunedist per call | bytes (copy + reduce kernels) | synchronisation")
-    for r in rows:
-        b = r["budget_us"]
-        print(f"{r['bytes']:>10}  {b['c10d_floor']:8.2f} | {b['tunedist_per_call']:8.2f} | {b['bytes']:8.2f} "
-              f"({r['kernels_us']['copy']:.2f} + {r['kernels_us']['reduce']:.2f}) | {b['synchronisation']:8.2f}"
-              f"   = {b['total']:.2f}")
+    for key, what, floor in (("budget_us", "tuned (dist.all_reduce)", "c10d floor"),
+                             ("op_budget_us", "tuned_op (tunedist.all_reduce)", "operator floor")):
+        print(f"#\n# budget of {what}, µs: {floor} | tunedist per call | bytes (copy + reduce kernels) | "
+              f"synchronisation")
+        for r in rows:
+            b = r[key]
+            print(f"{r['bytes']:>10}  {b['floor']:8.2f} | {b['tunedist_per_call']:8.2f} | {b['bytes']:8.2f} "
+                  f"({r['kernels_us']['copy']:.2f} + {r['kernels_us']['reduce']:.2f}) | {b['synchronisation']:8.2f}"
+                  f"   = {b['total']:.2f}")
 
 
 def main(argv=None) -> int:

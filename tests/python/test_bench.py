@@ -400,6 +400,26 @@ def test_bench_times_deepspeed_kernel_without_its_api(tmp_path):
     assert len(ds["max"]) == 6 and all(r["wrong"] > 0 and r["time_us"] is None for r in ds["max"])
 
 
+def test_call_budget_splits_both_paths(tmp_path):
+    """benchmarks/bench_call_budget.py: every row checked (inside the script), and both budgets add up to their
+    totals (dist.all_reduce over the c10d floor, tunedist.all_reduce over the operator floor)."""
+    out = tmp_path / "budget.json"
+    text = _torchrun("benchmarks/bench_call_budget.py", "--sizes", "4K,64K", "--rounds", "1", "--no-gloo",
+                     "--no-deepspeed", "--json", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["bytes"] for r in rows] == [4096, 65536]
+    for r in rows:
+        assert {"fake", "tuned_ws1", "tuned", "op_floor", "tuned_op_ws1", "tuned_op"} <= set(r["median_us"]), r
+        for key, floor in (("budget_us", "fake"), ("op_budget_us", "op_floor")):
+            b = r[key]
+            assert b["floor"] == r["median_us"][floor] > 0, (key, b)
+            # the world-size-1 row includes the engine's self-copy, which synchronisation gives back
+            parts = b["floor"] + b["tunedist_per_call"] + b["bytes"] + b["synchronisation"]
+            self_copy = r["kernels_us"]["ws1_self_copy"]
+            assert b["synchronisation"] == 0 or abs(parts - self_copy - b["total"]) < 1e-6, (key, b, self_copy)
+    assert "budget of tuned_op (tunedist.all_reduce), µs: operator floor" in text
+
+
 def test_main_job_trains_both_runs_and_saves_its_record(tmp_path):
     """The README's first command, shrunk: gloo + default DDP beside tuned + tuner + hook in one torchrun."""
     out, plot = tmp_path / "main_job.json", tmp_path / "main_job.png"
