@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dist_utils import RankFailure, launch, make_input, mismatch, reference
+from dist_utils import RankFailure, expect_error, launch, make_input, mismatch, reference
 
 WORLD = 3
 # (dtype, ops): every reduce op the backend has for the dtype (AVG on floating types only; bitwise ops on integers).
@@ -106,14 +106,9 @@ def _mismatch(rank: int, world: int) -> str:
     import tunedist
 
     tunedist.all_reduce(torch.ones(64))
-    try:
-        if rank == 0:
-            tunedist.all_reduce(torch.ones(1024))
-        else:
-            dist.all_reduce(torch.ones(2048))
-    except dist.DistBackendError as e:
-        return str(e)
-    raise AssertionError("ranks that disagree got no error")
+    if rank == 0:
+        return expect_error(tunedist.all_reduce, torch.ones(1024))[0]
+    return expect_error(dist.all_reduce, torch.ones(2048))[0]
 
 
 def test_ranks_that_disagree_all_get_the_error():
@@ -135,11 +130,7 @@ def _debug_detail(rank: int, world: int) -> str:
     tunedist.all_reduce(t)
     problem = mismatch(t, _expected(world, 1001, torch.float32, "sum"))
     assert not problem, problem
-    try:
-        tunedist.all_reduce(torch.ones(16 if rank == 0 else 32))
-    except RuntimeError as e:
-        return str(e)
-    raise AssertionError("ranks that disagree got no error under DETAIL")
+    return expect_error(tunedist.all_reduce, torch.ones(16 if rank == 0 else 32), expected=RuntimeError)[0]
 
 
 def test_debug_detail_goes_through_torchs_wrapper():
@@ -155,11 +146,7 @@ def _dead_peer(rank: int, world: int) -> str:
     dist.barrier()
     if rank == 1:
         os._exit(0)  # gone without a word, as a crashed rank is
-    try:
-        tunedist.all_reduce(torch.ones(256))
-    except dist.DistBackendError as e:
-        return str(e)
-    raise AssertionError("the all_reduce with a dead peer returned")
+    return expect_error(tunedist.all_reduce, torch.ones(256))[0]
 
 
 def test_dead_peer_is_an_error_not_a_hang():
