@@ -314,6 +314,11 @@ def _cuda_all_ops(rank: int, world_size: int) -> dict:
     result = fut.wait()
     out["future"] = torch.equal(result[0].cpu(), torch.full((1 << 20,), 3.0))
     out["stream_order"] = bool((z == 6).all().item())
+    # tunedist.all_reduce (the operator) on a CUDA tensor goes to the NCCL side and waits as dist.all_reduce does:
+    # written by a kernel right before, read by one right after, on the current stream.
+    d = torch.ones(1 << 16, device=dev).mul_(5)
+    tunedist.all_reduce(d, dist.ReduceOp.MAX)
+    out["direct_op"] = bool((d.add(1) == 6).all().item())
     # Mixed devices are refused by name.
     try:
         dist.all_gather([torch.empty(8)], x)
@@ -332,7 +337,7 @@ def test_cuda_all_ops_world1():
     (r,) = launch(1, _cuda_all_ops)
     for key in ("all_reduce", "all_reduce_max", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
                 "reduce_scatter_tensor", "all_to_all_single", "all_reduce_half", "coalesced", "future",
-                "stream_order"):
+                "stream_order", "direct_op"):
         assert r[key] is True, (key, r)
     assert r["nccl_before"] is None and r["nccl_is_pg_nccl"]
     assert r["mixed_error"] is not None and "mixes CPU and CUDA" in r["mixed_error"]
