@@ -131,17 +131,18 @@ def summarize(raw: dict) -> list:
         reduce_us = statistics.median(k["reduce_us"] for k in raw["kernels"][nbytes])
         self_copy_us = statistics.median(k["self_copy_us"] for k in raw["kernels"][nbytes])
         bytes_us = copy_us + reduce_us
-
-        def budget(floor: str, ws1: str, total: str) -> dict:
-            return {"floor": med[floor], "tunedist_per_call": med[ws1] - med[floor], "bytes": bytes_us,
-                    "synchronisation": max(0.0, med[total] - med[ws1] + self_copy_us - bytes_us),
-                    "total": med[total]}
-
         out.append({"bytes": nbytes, "median_us": med, "min_max_us": spread,
                     "kernels_us": {"copy": copy_us, "reduce": reduce_us, "ws1_self_copy": self_copy_us},
-                    "budget_us": budget("fake", "tuned_ws1", "tuned"),
-                    "op_budget_us": budget("op_floor", "tuned_op_ws1", "tuned_op")})
+                    "budget_us": _budget(med, "fake", "tuned_ws1", "tuned", bytes_us, self_copy_us),
+                    "op_budget_us": _budget(med, "op_floor", "tuned_op_ws1", "tuned_op", bytes_us, self_copy_us)})
     return out
+
+
+def _budget(med: dict, floor: str, ws1: str, total: str, bytes_us: float, self_copy_us: float) -> dict:
+    """Row `total` split over the floor row, tunedist's own cost (the world-size-1 row over the floor), the bytes and
+    the rest (synchronisation; the world-size-1 row's self-copy given back)."""
+    return {"floor": med[floor], "tunedist_per_call": med[ws1] - med[floor], "bytes": bytes_us,
+            "synchronisation": max(0.0, med[total] - med[ws1] + self_copy_us - bytes_us), "total": med[total]}
 
 
 def print_table(rows: list, raw: dict, load: tuple) -> None:

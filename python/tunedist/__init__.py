@@ -21,7 +21,8 @@ from ._paths import cmake_prefix_path, include_dir
 from .symmetric import is_symmetric, symmetric_empty, symmetric_heap_stats
 
 __all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level", "nccl_compiled_in",
-           "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats", "all_reduce"]
+           "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats", "all_reduce",
+           "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
 
 BACKEND_NAME = "tuned"
 _log = logging.getLogger("tunedist")
@@ -52,7 +53,7 @@ def _load_native():
 
 _C = _load_native()
 
-from .ops import all_reduce  # noqa: E402  (needs the operator that _C's library registers)
+from .ops import all_gather_into_tensor, all_reduce, broadcast, reduce_scatter_tensor  # noqa: E402  (needs _C's operators)
 
 
 def _torchcomms_requested() -> bool:

@@ -14,8 +14,9 @@ with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset), or `t
 whose buffers (every tensor passed to the op: out-of-place inputs and outputs too) come from that group's symmetric
 heap (tunedist.symmetric_empty) instead of torch.empty, so that a point whose S is at least the group's zero-copy
 threshold (TUNEDIST_SYMMETRIC_MIN_BYTES; by default 256 KiB, or 2 MiB where the ranks outnumber the cores) runs
-zero-copy (tunedist.symmetric), or `tuned-op`, tunedist.all_reduce on a tuned group of its own (the same engine
-through a torch operator instead of torch.distributed's Python layer; all_reduce only), or `deepspeed-op`, DeepSpeed's
+zero-copy (tunedist.symmetric), or `tuned-op`, a tuned group of its own called through tunedist's operators
+(tunedist.all_reduce and the others: the same engine, without torch.distributed's Python layer; all_reduce,
+all_gather, reduce_scatter and broadcast), or `deepspeed-op`, DeepSpeed's
 kernel torch.ops.deepspeed.inference_all_reduce_ called without its Python API (SUM only). The conventions follow
 nccl-tests
 (doc/PERFORMANCE.md; docs/anchors.md part 1, sections 7 and 8):

@@ -11,11 +11,12 @@
   bench gives it the whole world. It needs DS_ACCELERATOR=cpu and LOCAL_SIZE = the ranks on this host (the shm
   path needs every rank there); DeepSpeed reads both when it is imported and initialised, so the bench sets them
   when unset, before the import.
-- `tuned-op` is tunedist.all_reduce on a `tuned` group of its own: the same engine as `tuned`, called through the
-  operator torch.ops.tunedist.all_reduce_ instead of torch.distributed's Python layer (tunedist.ops), as DeepSpeed's
-  API calls its kernel. `deepspeed-op` is that kernel, torch.ops.deepspeed.inference_all_reduce_, called directly
-  (no Python wrapper). Both have all_reduce only; deepspeed-op reduces over the world and sums whatever op it is
-  given, so only its SUM points are right (the others are checked, found wrong and not timed).
+- `tuned-op` is a `tuned` group of its own called through tunedist's operators (tunedist.all_reduce,
+  all_gather_into_tensor, reduce_scatter_tensor, broadcast: torch.ops.tunedist.*) instead of torch.distributed's
+  Python layer (tunedist.ops), as DeepSpeed's API calls its kernel. `deepspeed-op` is that kernel,
+  torch.ops.deepspeed.inference_all_reduce_, called directly (no Python wrapper): all_reduce only, over the world,
+  and it sums whatever op it is given, so only its SUM points are right (the others are checked, found wrong and
+  not timed).
 - DeepSpeed's limitations, as benchmarks/probe_deepspeed.py measured them, are in DEEPSPEED_NOTES. The bench does not
   rely on them: it checks every point and times no deepspeed point whose check found wrong elements.
 """
@@ -111,13 +112,25 @@ class SymmetricComm(C10dComm):
 
 
 class DirectComm(C10dComm):
-    """A `tuned` group of its own, all_reduce through tunedist.all_reduce (the operator, no torch.distributed)."""
+    """A `tuned` group of its own, called through tunedist's operators (tunedist.all_reduce, ...: no
+    torch.distributed Python); the ops it lacks (all_to_all, reduce, gather, scatter) are skipped."""
+
+    OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
     def __init__(self):
         super().__init__("tuned")
 
     def all_reduce(self, t, op):
         tunedist.all_reduce(t, op, self.group)
+
+    def broadcast(self, t, src: int):
+        tunedist.broadcast(t, src, self.group)
+
+    def all_gather_into_tensor(self, out, inp):
+        tunedist.all_gather_into_tensor(out, inp, self.group)
+
+    def reduce_scatter_tensor(self, out, inp, op):
+        tunedist.reduce_scatter_tensor(out, inp, op, self.group)
 
 
 class DeepSpeedComm:
@@ -186,7 +199,7 @@ def make(name: str) -> Contender:
     """The contender `name`: deepspeed, deepspeed-op, tuned+sym, tuned-op, or else a c10d backend (every rank, after
     init_process_group)."""
     if name == TUNED_OP:
-        return Contender(name, DirectComm(), ops=("all_reduce",))
+        return Contender(name, DirectComm(), ops=DirectComm.OPS)
     if name == TUNED_SYM:
         comm = SymmetricComm()
         # The least buffer (S, as the bench defines it) that runs zero-copy, as the backend chose it for the group.

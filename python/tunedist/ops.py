@@ -1,4 +1,5 @@
-"""tunedist.all_reduce: a synchronous, in-place all_reduce without torch.distributed's Python layer.
+"""tunedist.all_reduce (and all_gather_into_tensor, reduce_scatter_tensor, broadcast): synchronous collectives
+without torch.distributed's Python layer.
 
 ``tunedist.all_reduce(t)`` does what ``dist.all_reduce(t)`` does (same group, same result, same errors) through the
 operator ``torch.ops.tunedist.all_reduce_`` (csrc/ops/all_reduce.cpp), which goes from the dispatcher straight to the
@@ -22,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import GroupMember
 
-__all__ = ["all_reduce"]
+__all__ = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
 
 _REDUCE_OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -39,6 +40,9 @@ _NAMES = frozenset(_REDUCE_OPS.values())
 _BY_ID = {id(k): v for k, v in _REDUCE_OPS.items()}
 # Registered by libtunedist, which the package loads (tunedist._C) before it imports this module.
 _ALL_REDUCE = torch.ops.tunedist.all_reduce_.default
+_ALL_GATHER = torch.ops.tunedist.all_gather_into_tensor_.default
+_REDUCE_SCATTER = torch.ops.tunedist.reduce_scatter_tensor_.default
+_BROADCAST = torch.ops.tunedist.broadcast_.default
 
 
 def _op_name(op) -> str:
@@ -60,6 +64,19 @@ def _remember(group) -> str:
     name = group.group_name
     _last_group = (weakref.ref(group), name)
     return name
+
+
+def _resolve(group, what: str):
+    """(group, its name) for `group` (None: the world), or (None, None) on a rank outside it."""
+    if group is None:
+        group = GroupMember.WORLD
+        if group is None:
+            raise ValueError(f"tunedist.{what}: the default process group has not been initialized; call "
+                             "torch.distributed.init_process_group first, or pass group=")
+    elif group is GroupMember.NON_GROUP_MEMBER:
+        return None, None
+    ref, name = _last_group
+    return group, (name if ref() is group else _remember(group))
 
 
 def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torch.Tensor:
@@ -84,4 +101,40 @@ def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torch.
     if ref() is not group:
         group_name = _remember(group)
     _ALL_REDUCE(tensor, name, group_name)
+    return tensor
+
+
+def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group=None) -> torch.Tensor:
+    """``dist.all_gather_into_tensor(output, input, group)``, synchronously, through the operator
+    ``torch.ops.tunedist.all_gather_into_tensor_``; returns ``output``. A rank outside ``group`` gets it unchanged."""
+    group, name = _resolve(group, "all_gather_into_tensor")
+    if name is not None:
+        _ALL_GATHER(output, input, name)
+    return output
+
+
+def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op=dist.ReduceOp.SUM,
+                          group=None) -> torch.Tensor:
+    """``dist.reduce_scatter_tensor(output, input, op, group)``, synchronously, through the operator
+    ``torch.ops.tunedist.reduce_scatter_tensor_``; returns ``output``. A rank outside ``group`` gets it unchanged."""
+    op_name = _BY_ID.get(id(op)) or _op_name(op)
+    group, name = _resolve(group, "reduce_scatter_tensor")
+    if name is not None:
+        _REDUCE_SCATTER(output, input, op_name, name)
+    return output
+
+
+def broadcast(tensor: torch.Tensor, src: int | None = None, group=None, group_src: int | None = None) -> torch.Tensor:
+    """``dist.broadcast(tensor, src, group, group_src=...)``, synchronously, through the operator
+    ``torch.ops.tunedist.broadcast_``; returns ``tensor``. ``src`` is a global rank and ``group_src`` the root's
+    rank in ``group``, as in dist.broadcast: give exactly one. A rank outside ``group`` gets it unchanged."""
+    if (src is None) == (group_src is None):
+        raise ValueError("tunedist.broadcast: give exactly one of src (a global rank) and group_src (a rank in the "
+                         f"group), got src={src!r}, group_src={group_src!r}")
+    group, name = _resolve(group, "broadcast")
+    if name is None:
+        return tensor
+    if group_src is None:
+        group_src = src if group is GroupMember.WORLD else dist.get_group_rank(group, src)
+    _BROADCAST(tensor, group_src, name)
     return tensor

@@ -367,18 +367,19 @@ def test_bench_does_not_time_deepspeed_wrong_results(tmp_path):
 
 
 def test_bench_times_tuned_op_beside_tuned(tmp_path):
-    """tuned-op (tunedist.all_reduce on a tuned group of its own) beside tuned: right at every point, every dtype's
-    check passes (bf16 here), and the ops it lacks are skipped with a note."""
+    """tuned-op (tunedist's operators on a tuned group of its own) beside tuned: right at every point of its four ops
+    (bf16 MAX here), and the ops it lacks are skipped with a note."""
     out = tmp_path / "op.json"
-    text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,tuned-op", "--ops", "all_reduce,broadcast", "-d",
+    text = _torchrun("-m", "tunedist.bench", "--backends", "tuned,tuned-op", "--ops", ",".join(OPS) + ",gather", "-d",
                      "bfloat16", "-o", "max", "-b", "64", "-e", "4K", "-f", "8", "-n", "3", "-w", "1", "--rounds",
                      str(ROUNDS), "--memcpy-bytes", "8M", "--no-progress", "--json", str(out))
     data = json.loads(out.read_text())
     op = [r for r in data["results"] if r["backend"] == "tuned-op"]
-    assert {r["op"] for r in op} == {"all_reduce"} and len(op) == 2 * 3  # 2 variants x 64 B, 512 B, 4 KiB
+    assert {r["op"] for r in op} == set(OPS) and len(op) == 7 * 3  # 7 variants x 3 sizes (broadcast in place only)
     for r in op:
         assert r["dtype"] == "bfloat16" and r["wrong"] == 0 and r["path"] == "op" and r["time_us"] > 0, r
-    assert data["skipped"] == [{"backend": "tuned-op", "op": "broadcast", "reason": "tuned-op has all_reduce only"}]
+    reason = "tuned-op has all_reduce, all_gather, reduce_scatter, broadcast only"
+    assert data["skipped"] == [{"backend": "tuned-op", "op": "gather", "reason": reason}]
     assert {s["backend"] for s in data["summary"]} == {"tuned-op"}
     assert "# backend tuned-op: all_reduce (path op)" in text and "# summary: tuned vs tuned-op" in text
 

@@ -1,5 +1,6 @@
-"""tunedist.all_reduce and torch.ops.tunedist.all_reduce_ (csrc/ops/all_reduce.cpp, python/tunedist/ops.py): the
-synchronous in-place all_reduce without torch.distributed's Python layer, on real process groups.
+"""tunedist.all_reduce and torch.ops.tunedist.all_reduce_ (csrc/ops/, python/tunedist/ops.py): the synchronous
+in-place all_reduce without torch.distributed's Python layer, on real process groups; and its siblings
+all_gather_into_tensor, reduce_scatter_tensor and broadcast.
 
 It must give what dist.all_reduce gives on the same group (every dtype and reduce op, non-contiguous tensors, the
 one-shot and two-shot paths, subgroups, other backends), share the group's sequence with dist.all_reduce, and fail
@@ -102,6 +103,57 @@ def test_results_match_dist_all_reduce():
     assert [r["checked"] for r in results] == [72] * WORLD, results
 
 
+def _siblings(rank: int, world: int) -> int:
+    import tunedist
+
+    seq = dist.group.WORLD._get_sequence_number_for_group
+    checked = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for numel in (1001, (3 << 20) // 4):  # one slot, and several
+            if numel > 1001 and dtype != torch.float32:
+                continue
+            inputs = [_input(r, numel, dtype, "sum") for r in range(world)]
+            # all_gather_into_tensor: every rank's block, in rank order.
+            out = torch.empty(world * numel, dtype=dtype)
+            before = seq()
+            assert tunedist.all_gather_into_tensor(out, inputs[rank]) is out
+            assert seq() == before + 1
+            assert not mismatch(out, torch.cat(inputs)), (dtype, numel)
+            # reduce_scatter_tensor: block `rank` of the reduction of every rank's whole array.
+            arrays = [_input(r, world * numel, dtype, "max") for r in range(world)]
+            mine = torch.empty(numel, dtype=dtype)
+            assert tunedist.reduce_scatter_tensor(mine, arrays[rank], dist.ReduceOp.MAX) is mine
+            want = reference("MAX", arrays).narrow(0, rank * numel, numel)
+            assert not mismatch(mine, want), (dtype, numel)
+            # broadcast from global rank 1, then from group rank 2 as group_src.
+            for kw, root in (({"src": 1}, 1), ({"group_src": 2}, 2)):
+                t = _input(rank, numel, dtype, f"bcast{root}")
+                assert tunedist.broadcast(t, **kw) is t
+                assert not mismatch(t, _input(root, numel, dtype, f"bcast{root}")), (dtype, numel, kw)
+            checked += 4
+    # A subgroup of global ranks 0 and 2: src is a global rank (2), as in dist.broadcast; rank 1 is outside.
+    sub = dist.new_group([0, 2], backend="tuned")
+    t = _input(rank, 77, torch.float32, "subb")
+    tunedist.broadcast(t, src=2, group=sub)
+    assert not mismatch(t, _input(2 if rank != 1 else 1, 77, torch.float32, "subb"))
+    out = torch.zeros(2 * 77)
+    tunedist.all_gather_into_tensor(out, _input(rank, 77, torch.float32, "suba"), group=sub)
+    want = torch.zeros(2 * 77) if rank == 1 else torch.cat([_input(r, 77, torch.float32, "suba") for r in (0, 2)])
+    assert torch.equal(out, want)
+    # Mixed with torch.distributed's calls, and on gloo.
+    gloo = dist.new_group(backend="gloo")
+    out = torch.empty(world * 5)
+    tunedist.all_gather_into_tensor(out, torch.full((5,), float(rank)), group=gloo)
+    dist.all_gather_into_tensor(out, torch.full((5,), float(rank)))
+    tunedist.reduce_scatter_tensor(mine := torch.empty(5), out, group=gloo)
+    assert torch.equal(mine, torch.full((5,), float(world * rank)))
+    return checked
+
+
+def test_siblings_match_torch_distributed():
+    assert launch(WORLD, _siblings) == [16] * WORLD
+
+
 def _mismatch(rank: int, world: int) -> str:
     import tunedist
 
@@ -172,6 +224,13 @@ def _bad_arguments(rank: int, world: int) -> list:
         torch.ops.tunedist.all_reduce_(t, "mean", dist.group.WORLD.group_name)
     # Nothing above reached the group: it still agrees with the peer.
     assert torch.equal(tunedist.all_reduce(t), torch.full((8,), float(world)))
+    for kw in ({}, {"src": 0, "group_src": 0}):
+        with pytest.raises(ValueError, match="give exactly one of src"):
+            tunedist.broadcast(t, **kw)
+    with pytest.raises(RuntimeError, match="tunedist.all_gather_into_tensor: no process group is registered"):
+        torch.ops.tunedist.all_gather_into_tensor_(torch.empty(16), t, "no-such-group")
+    with pytest.raises(RuntimeError, match="tunedist.reduce_scatter_tensor: unknown reduce op 'mean'"):
+        torch.ops.tunedist.reduce_scatter_tensor_(torch.empty(4), t, "mean", dist.group.WORLD.group_name)
     # Shapes only: a meta tensor comes back as it went in (torch.compile traces through this kernel).
     m = torch.empty(5, 3, device="meta")
     torch.ops.tunedist.all_reduce_(m, "sum", dist.group.WORLD.group_name)
@@ -198,7 +257,9 @@ def _compiled(rank: int, world: int) -> list:
     def layer(x):
         y = x * 2
         tunedist.all_reduce(y)
-        return y + 1
+        gathered = torch.empty(world * y.numel())
+        tunedist.all_gather_into_tensor(gathered, y)
+        return gathered.view(world, -1).sum(0) / world + 1
 
     # aot_eager: torch.compile's tracing and functionalization (which refuse a mutating operator that returns an
     # alias of its input), without code generation.

@@ -1,0 +1,43 @@
+// Group lookup and reduce-op names for the torch.ops.tunedist.* collectives.
+#include "ops/common.h"
+
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+
+#include <array>
+#include <utility>
+
+namespace tunedist::direct {
+
+c10::intrusive_ptr<c10d::Backend> backendFor(const char* op, const std::string& groupName, c10::DeviceType device) {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  try {
+    group = c10d::resolve_process_group(groupName);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, op, ": no process group is registered under the name '", groupName,
+                "' in this process (pass group.group_name of a live group, as the tunedist.* functions do): ",
+                e.what_without_backtrace());
+  }
+  return group->getBackend(device);
+}
+
+c10d::ReduceOp parseReduceOp(const char* op, const std::string& name) {
+  static const std::array<std::pair<const char*, c10d::ReduceOp::RedOpType>, 8> kOps{{
+      {"sum", c10d::ReduceOp::SUM},
+      {"avg", c10d::ReduceOp::AVG},
+      {"product", c10d::ReduceOp::PRODUCT},
+      {"min", c10d::ReduceOp::MIN},
+      {"max", c10d::ReduceOp::MAX},
+      {"band", c10d::ReduceOp::BAND},
+      {"bor", c10d::ReduceOp::BOR},
+      {"bxor", c10d::ReduceOp::BXOR},
+  }};
+  for (const auto& [text, value] : kOps) {
+    if (name == text) {
+      return c10d::ReduceOp(value);
+    }
+  }
+  TORCH_CHECK(false, op, ": unknown reduce op '", name,
+              "'; use sum, avg, product, min, max, band, bor or bxor (PREMUL_SUM: use torch.distributed)");
+}
+
+}  // namespace tunedist::direct

@@ -1,0 +1,20 @@
+// What every torch.ops.tunedist.* collective shares: the group named as torch's functional collectives name it
+// (ProcessGroup.group_name), its backend for a device type, and reduce ops by name. See all_reduce.cpp for why these
+// operators exist.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <string>
+
+namespace tunedist::direct {
+
+// The backend that torch.distributed would reach for `device` tensors on the group registered as `groupName` (c10d's
+// collective operators call the same). Throws, naming `op` and the group, where no live group has that name.
+c10::intrusive_ptr<c10d::Backend> backendFor(const char* op, const std::string& groupName, c10::DeviceType device);
+
+// "sum", "avg", "product", "min", "max", "band", "bor", "bxor"; anything else throws, naming `op`.
+c10d::ReduceOp parseReduceOp(const char* op, const std::string& name);
+
+}  // namespace tunedist::direct

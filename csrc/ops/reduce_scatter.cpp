@@ -1,0 +1,32 @@
+// torch.ops.tunedist.reduce_scatter_tensor_: dist.reduce_scatter_tensor(output, input, op, group), synchronously,
+// without torch.distributed's Python layer (see all_reduce.cpp): the group's backend runs its _reduce_scatter_base.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <string>
+
+#include "ops/common.h"
+
+namespace tunedist::direct {
+namespace {
+
+constexpr const char* kOp = "tunedist.reduce_scatter_tensor";
+
+void reduceScatterTensor(at::Tensor& output, const at::Tensor& input, std::string op, std::string groupName) {
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = parseReduceOp(kOp, op);
+  opts.asyncOp = false;
+  at::Tensor in = input;
+  backendFor(kOp, groupName, output.device().type())->_reduce_scatter_base(output, in, opts)->wait();
+}
+
+void reduceScatterTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/, std::string /*op*/,
+                             std::string /*groupName*/) {}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(tunedist, CPU, m) { m.impl("reduce_scatter_tensor_", reduceScatterTensor); }
+TORCH_LIBRARY_IMPL(tunedist, CUDA, m) { m.impl("reduce_scatter_tensor_", reduceScatterTensor); }
+TORCH_LIBRARY_IMPL(tunedist, Meta, m) { m.impl("reduce_scatter_tensor_", reduceScatterTensorMeta); }
+
+}  // namespace tunedist::direct
