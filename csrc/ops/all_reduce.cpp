@@ -25,18 +25,31 @@ namespace {
 
 constexpr const char* kOp = "tunedist.all_reduce";
 
+// What dist.all_reduce does with a complex tensor: SUM and AVG act on its real and imaginary parts alike, so the
+// backend gets them as a real tensor of twice the elements (torch.view_as_real); the order-based and bitwise ops are
+// refused before the group sees the call.
+at::Tensor realView(const at::Tensor& tensor, const c10d::ReduceOp& op, const std::string& name) {
+  if (!tensor.is_complex()) {
+    return tensor;
+  }
+  TORCH_CHECK(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG, kOp, ": reduce op '", name,
+              "' is not supported on complex tensors (", tensor.scalar_type(), "); use sum or avg");
+  return at::view_as_real(tensor);
+}
+
 void allReduce(at::Tensor& tensor, std::string op, std::string groupName) {
   c10d::AllreduceOptions opts;
   opts.reduceOp = parseReduceOp(kOp, op);
   opts.asyncOp = false;
-  auto backend = backendFor(kOp, groupName, tensor.device().type());
+  at::Tensor t = realView(tensor, opts.reduceOp, op);
+  auto backend = backendFor(kOp, groupName, t.device().type());
   // A tuned backend runs the call without a Work where it can; under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps it
   // (ProcessGroupWrapper, which checks the call against the peers first), and that goes the general way.
   if (auto* tuned = dynamic_cast<TunedBackend*>(backend.get())) {
-    tuned->allreduceNow(tensor, opts);
+    tuned->allreduceNow(t, opts);
     return;
   }
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{t};
   backend->allreduce(tensors, opts)->wait();
 }
 

@@ -17,8 +17,6 @@ disagreement error. On other backends (gloo, nccl) it calls their allreduce and 
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import torch.distributed as dist
 from torch.distributed import GroupMember
@@ -43,26 +41,40 @@ _ALL_REDUCE = torch.ops.tunedist.all_reduce_.default
 _ALL_GATHER = torch.ops.tunedist.all_gather_into_tensor_.default
 _REDUCE_SCATTER = torch.ops.tunedist.reduce_scatter_tensor_.default
 _BROADCAST = torch.ops.tunedist.broadcast_.default
+# Collectives, not pure functions: under torch.compile a node whose mutated tensor nobody reads must stay (dropping it
+# on some ranks would hang the others), as torch marks its own c10d operators.
+for _op in (_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _BROADCAST):
+    torch.fx.node.has_side_effect(_op)
 
 
-def _op_name(op) -> str:
+def _op_name(op, what: str) -> str:
     if isinstance(op, str) and op in _NAMES:
         return op
+    if type(op) is dist.ReduceOp:  # dist.ReduceOp(dist.ReduceOp.SUM): dist.all_reduce takes these too
+        op = op.op
     if isinstance(op, dist.ReduceOp.RedOpType) and op in _REDUCE_OPS:
         return _REDUCE_OPS[op]
-    raise ValueError(f"tunedist.all_reduce: unsupported reduce op {op!r}; use dist.ReduceOp.SUM, AVG, PRODUCT, MIN, "
-                     f"MAX, BAND, BOR or BXOR (or their lower-case names); for PREMUL_SUM use dist.all_reduce")
+    raise ValueError(f"tunedist.{what}: unsupported reduce op {op!r}; use dist.ReduceOp.SUM, AVG, PRODUCT, MIN, MAX, "
+                     f"BAND, BOR or BXOR (or their lower-case names); for PREMUL_SUM use torch.distributed")
 
 
-# The last group's name, held weakly (a destroyed group is not kept alive): ProcessGroup.group_name costs ~0.2 us, a
-# look here ~30 ns, and most callers pass one group.
-_last_group = (lambda: None, "")
+# torch's registry of live groups, {group: name}: a destroyed group leaves it, so a stale group object cannot reach a
+# newer group that took its name (names restart after destroy_process_group). ~0.09 us a look; None where this torch
+# keeps it elsewhere (then group.group_name, without that check).
+_WORLD = getattr(dist.distributed_c10d, "_world", None)
+if _WORLD is not None and not isinstance(getattr(_WORLD, "pg_names", None), dict):
+    _WORLD = None
+_is_compiling = torch.compiler.is_compiling
 
 
-def _remember(group) -> str:
-    global _last_group
-    name = group.group_name
-    _last_group = (weakref.ref(group), name)
+def _group_name(group, what: str) -> str:
+    # Traced by torch.compile, group.group_name is what dynamo guards by the group's identity (a registry look is not).
+    if _WORLD is None or _is_compiling():
+        return group.group_name
+    name = _WORLD.pg_names.get(group)
+    if name is None:
+        raise ValueError(f"tunedist.{what}: {group!r} is not a live process group (destroyed, or not a group); pass "
+                         f"a group from torch.distributed.new_group, or None for the world")
     return name
 
 
@@ -75,8 +87,7 @@ def _resolve(group, what: str):
                              "torch.distributed.init_process_group first, or pass group=")
     elif group is GroupMember.NON_GROUP_MEMBER:
         return None, None
-    ref, name = _last_group
-    return group, (name if ref() is group else _remember(group))
+    return group, _group_name(group, what)
 
 
 def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torch.Tensor:
@@ -86,10 +97,10 @@ def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torch.
     back unchanged, as from dist.all_reduce. Errors are dist.all_reduce's: a dead peer or a mismatch between ranks
     raises ``torch.distributed.DistBackendError`` on every rank of a ``tuned`` group.
     """
-    # Written flat: at 4 KiB the call takes ~5 us, and each helper call here would add ~0.05 us.
+    # Written flat: at 4 KiB the call takes ~3-5 us, and each helper call here would add ~0.05 us.
     name = _BY_ID.get(id(op))
     if name is None:
-        name = _op_name(op)
+        name = _op_name(op, "all_reduce")
     if group is None:
         group = GroupMember.WORLD
         if group is None:
@@ -97,9 +108,12 @@ def all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torch.
                              "torch.distributed.init_process_group first, or pass group=")
     elif group is GroupMember.NON_GROUP_MEMBER:
         return tensor
-    ref, group_name = _last_group
-    if ref() is not group:
-        group_name = _remember(group)
+    if _WORLD is None or _is_compiling():
+        group_name = group.group_name
+    else:
+        group_name = _WORLD.pg_names.get(group)
+        if group_name is None:
+            group_name = _group_name(group, "all_reduce")  # raises, naming the stale group
     _ALL_REDUCE(tensor, name, group_name)
     return tensor
 
@@ -117,7 +131,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op=dist.Red
                           group=None) -> torch.Tensor:
     """``dist.reduce_scatter_tensor(output, input, op, group)``, synchronously, through the operator
     ``torch.ops.tunedist.reduce_scatter_tensor_``; returns ``output``. A rank outside ``group`` gets it unchanged."""
-    op_name = _BY_ID.get(id(op)) or _op_name(op)
+    op_name = _BY_ID.get(id(op)) or _op_name(op, "reduce_scatter_tensor")
     group, name = _resolve(group, "reduce_scatter_tensor")
     if name is not None:
         _REDUCE_SCATTER(output, input, op_name, name)

@@ -231,6 +231,27 @@ def _bad_arguments(rank: int, world: int) -> list:
         torch.ops.tunedist.all_gather_into_tensor_(torch.empty(16), t, "no-such-group")
     with pytest.raises(RuntimeError, match="tunedist.reduce_scatter_tensor: unknown reduce op 'mean'"):
         torch.ops.tunedist.reduce_scatter_tensor_(torch.empty(4), t, "mean", dist.group.WORLD.group_name)
+    with pytest.raises(ValueError, match="tunedist.reduce_scatter_tensor: unsupported reduce op"):
+        tunedist.reduce_scatter_tensor(torch.empty(4), torch.empty(4 * world), "mean")
+    # dist.ReduceOp objects, as dist.all_reduce takes them.
+    assert torch.equal(tunedist.all_reduce(torch.ones(3), dist.ReduceOp(dist.ReduceOp.SUM)), torch.full((3,), 2.0))
+    # Complex tensors as dist.all_reduce treats them: SUM/AVG on the real and imaginary parts; MAX refused before the
+    # group sees it (the group stays usable).
+    c = torch.complex(torch.full((6,), float(rank + 1)), torch.full((6,), -1.0))
+    tunedist.all_reduce(c)
+    assert torch.equal(c, torch.complex(torch.full((6,), 3.0), torch.full((6,), -2.0))), c
+    with pytest.raises(RuntimeError, match="reduce op 'max' is not supported on complex tensors"):
+        tunedist.all_reduce(c, dist.ReduceOp.MAX)
+    # A destroyed group is refused, not resolved by its name (a newer group may have taken it).
+    stale = dist.new_group(backend="tuned")
+    tunedist.all_reduce(torch.ones(2), group=stale)
+    dist.destroy_process_group(stale)
+    dist.new_group(backend="gloo")
+    with pytest.raises(ValueError, match="is not a live process group"):
+        tunedist.all_reduce(torch.ones(2), group=stale)
+    with pytest.raises(ValueError, match="is not a live process group"):
+        tunedist.broadcast(torch.ones(2), src=0, group=stale)
+    assert torch.equal(tunedist.all_reduce(torch.ones(2)), torch.full((2,), 2.0))
     # Shapes only: a meta tensor comes back as it went in (torch.compile traces through this kernel).
     m = torch.empty(5, 3, device="meta")
     torch.ops.tunedist.all_reduce_(m, "sum", dist.group.WORLD.group_name)
@@ -268,6 +289,31 @@ def _compiled(rank: int, world: int) -> list:
     got = compiled(x)
     assert torch.equal(got, x * 2 * world + 1), got
     return got.tolist()
+
+
+def _compiled_groups(rank: int, world: int) -> list:
+    """Compiled code called with one group, then another, runs on each (the group's name is not baked into the
+    graph), and a collective whose result nobody reads still runs (it has side effects)."""
+    import tunedist
+
+    g1, g2 = dist.new_group(backend="tuned"), dist.new_group(backend="tuned")
+
+    def f(x, g):
+        y = x.clone()
+        tunedist.all_reduce(y, group=g)
+        return x + 1
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    seq1, seq2 = g1._get_sequence_number_for_group, g2._get_sequence_number_for_group
+    before = (seq1(), seq2())
+    compiled(torch.ones(4), g1)
+    compiled(torch.ones(4), g2)
+    compiled(torch.ones(4), g2)
+    return [seq1() - before[0], seq2() - before[1]]
+
+
+def test_torch_compile_keeps_the_group_and_the_call():
+    assert launch(2, _compiled_groups) == [[1, 2], [1, 2]]
 
 
 def test_torch_compile_traces_it():
