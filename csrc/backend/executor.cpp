@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <sched.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <string_view>
 #include <utility>
@@ -27,7 +28,16 @@ Executor::Options Executor::Options::fromEnv() {
              "'");
     o.batchWorker = *v == "batch";
   }
+  if (auto v = envString("TUNEDIST_SYNC_WORK")) {
+    TD_CHECK(*v == "inline-none" || *v == "always", "tunedist: TUNEDIST_SYNC_WORK must be inline-none or always, got '",
+             *v, "'");
+    o.syncReturnsWork = *v == "always";
+  }
   return o;
+}
+
+bool Executor::syncMayOmitWork() const {
+  return !options_.syncReturnsWork && !profilerCallbacksActive() && !c10d::allow_inflight_collective_as_graph_input();
 }
 
 Executor::Executor(int rank, Options options, Prepare prepare)

@@ -5,7 +5,8 @@
 //     worker thread runs the queue.
 //   * A synchronous call (async_op=False) with nothing queued runs inline on the caller's thread: no hand-off. So
 //     does an asynchronous one where Options::inlineAsync says so (a group of one rank). runNow() runs such a call
-//     without making a Work at all (torch.ops.tunedist.all_reduce_, which returns none).
+//     without making a Work at all (torch.ops.tunedist.all_reduce_, which returns none); so does launch() for a
+//     synchronous call, which then returns an empty Work pointer (Options::syncReturnsWork).
 //   * A thread that waits for a queued Work runs the queue itself while the worker is idle (helpUntil): waking the
 //     worker costs 50-200 us on a virtual machine.
 //   * A future callback on the worker that issues another operation and waits for it (torch's PowerSGD hook does)
@@ -56,8 +57,19 @@ class Executor : public std::enable_shared_from_this<Executor> {
     // synchronous call: 8-11, 20 us); DDP's main job unchanged. On an idle CPU the worker starts at once either way.
     // TUNEDIST_WORKER_SCHED=normal keeps the worker a normal thread.
     bool batchWorker = true;
+    // false: a synchronous call (asyncOp false) that runs inline returns no Work (an empty pointer), torch's contract
+    // for a backend that synchronised at the C++ level: since torch 2.8 every torch.distributed collective that
+    // passes async_op waits only on a Work it got back ("work is not None"), and asyncOp is false only there. That
+    // skips making and destroying the Work, pybind's Python object for it and the Python wait() call: 1.1-1.2 us
+    // of a 7-8 us dist.all_reduce of 16 KiB at world size 2 (docs/records/issue14/s26/nullwork/). A Work is still
+    // made while the calling thread has profiler callbacks (it carries the tuned:* event), under
+    // allow_inflight_collective_as_graph_input (torch registers it for wait_tensor), and whenever the call is
+    // queued. true (TUNEDIST_SYNC_WORK=always): every call returns a Work, for C++ callers that set asyncOp = false
+    // and wait on the result without checking it.
+    bool syncReturnsWork = false;
 
-    // Defaults overridden by TUNEDIST_WORKER_SCHED (batch | normal) where set; throws naming it on anything else.
+    // Defaults overridden by TUNEDIST_WORKER_SCHED (batch | normal) and TUNEDIST_SYNC_WORK (inline-none | always)
+    // where set; throws naming the variable on anything else.
     static Options fromEnv();
   };
 
@@ -70,7 +82,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Queues (or runs inline) one operation and returns its Work. `name` is the profiler title ("tuned:all_reduce");
+  // Queues (or runs inline) one operation and returns its Work, or an empty pointer for a synchronous call that ran
+  // inline and needs none (Options::syncReturnsWork). `name` is the profiler title ("tuned:all_reduce");
   // `timeout` is the operation's own (already resolved against the group's default). `body` is any callable taking
   // the OpContext: a call that runs inline calls it as it is, and only a queued one pays for a Body (an allocation).
   template <typename F>
@@ -105,6 +118,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
     const char* name;
   };
 
+  // Whether a synchronous call that runs inline may return no Work (Options::syncReturnsWork): no profiler callbacks
+  // on this thread, torch not registering Works for wait_tensor.
+  bool syncMayOmitWork() const;
   // With mutex_ held: refuses a call after shutdown, naming it.
   void checkOpenLocked(const char* name) const;
   // With mutex_ held: the next sequence number and its Work (recorded in an open coalescing block).
@@ -155,6 +171,9 @@ template <typename F>
 c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                                 const std::vector<at::Tensor>& inputs, bool asyncOp,
                                                 std::chrono::milliseconds timeout, size_t bytes, F&& body) {
+  if (!asyncOp && syncMayOmitWork() && runNow(name, timeout, bytes, body)) {
+    return {};
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   auto work = admitLocked(type, name, std::move(outputs), inputs, timeout);
   if (!mayRunInlineLocked(asyncOp, bytes)) {

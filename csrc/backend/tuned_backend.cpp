@@ -90,7 +90,9 @@ void TunedBackend::allreduceNow(at::Tensor& tensor, const c10d::AllreduceOptions
     return;
   }
   std::vector<at::Tensor> tensors{tensor};
-  side.allreduce(tensors, opts)->wait();
+  if (auto work = side.allreduce(tensors, opts)) {
+    work->wait();
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,

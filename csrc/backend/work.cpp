@@ -9,11 +9,9 @@
 
 namespace tunedist {
 
-namespace {
 // c10d::Work's constructor allocates a RecordFunction whenever it is given a title, profiling or not, and reads the
 // inputs only for the profiler's shapes: a Work hands both over only while this thread has profiler callbacks.
 bool profilerCallbacksActive() { return at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value(); }
-}  // namespace
 
 TunedWork::TunedWork(int rank, c10d::OpType opType, const char* profilingTitle, uint64_t seq,
                      std::vector<at::Tensor> outputs, c10::ArrayRef<at::Tensor> inputs,

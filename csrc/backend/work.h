@@ -22,6 +22,9 @@ namespace tunedist {
 // the op, sequence number, ranks and cause. Errors that are already c10 errors stay as they are.
 std::exception_ptr asDistBackendError(std::exception_ptr error);
 
+// Whether the calling thread has profiler callbacks: a Work then carries the profiler's event (tuned:all_reduce).
+bool profilerCallbacksActive();
+
 class TunedWork : public c10d::Work {
  public:
   // `profilingTitle` and `inputs` reach the profiler only while this thread has profiler callbacks (see work.cpp).

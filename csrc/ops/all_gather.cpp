@@ -14,9 +14,8 @@ void allGatherIntoTensor(at::Tensor& output, const at::Tensor& input, std::strin
   c10d::AllgatherOptions opts;
   opts.asyncOp = false;
   at::Tensor in = input;
-  backendFor("tunedist.all_gather_into_tensor", groupName, output.device().type())
-      ->_allgather_base(output, in, opts)
-      ->wait();
+  waitFor(backendFor("tunedist.all_gather_into_tensor", groupName, output.device().type())
+              ->_allgather_base(output, in, opts));
 }
 
 void allGatherIntoTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/, std::string /*groupName*/) {}

@@ -50,7 +50,7 @@ void allReduce(at::Tensor& tensor, std::string op, std::string groupName) {
     return;
   }
   std::vector<at::Tensor> tensors{t};
-  backend->allreduce(tensors, opts)->wait();
+  waitFor(backend->allreduce(tensors, opts));
 }
 
 // Shapes only (torch.compile's fake tensors, the meta device): nothing to compute, the tensor is written in place.

@@ -17,7 +17,7 @@ void broadcast(at::Tensor& tensor, int64_t groupSrc, std::string groupName) {
   opts.rootRank = groupSrc;
   opts.asyncOp = false;
   std::vector<at::Tensor> tensors{tensor};
-  backendFor("tunedist.broadcast", groupName, tensor.device().type())->broadcast(tensors, opts)->wait();
+  waitFor(backendFor("tunedist.broadcast", groupName, tensor.device().type())->broadcast(tensors, opts));
 }
 
 void broadcastMeta(at::Tensor& /*tensor*/, int64_t /*groupSrc*/, std::string /*groupName*/) {}

@@ -20,6 +20,12 @@ c10::intrusive_ptr<c10d::Backend> backendFor(const char* op, const std::string& 
   return group->getBackend(device);
 }
 
+void waitFor(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (work) {
+    work->wait();
+  }
+}
+
 c10d::ReduceOp parseReduceOp(const char* op, const std::string& name) {
   static const std::array<std::pair<const char*, c10d::ReduceOp::RedOpType>, 8> kOps{{
       {"sum", c10d::ReduceOp::SUM},

@@ -14,6 +14,10 @@ namespace tunedist::direct {
 // collective operators call the same). Throws, naming `op` and the group, where no live group has that name.
 c10::intrusive_ptr<c10d::Backend> backendFor(const char* op, const std::string& groupName, c10::DeviceType device);
 
+// Waits for a collective the operator started synchronously: a tuned group returns no Work for a call it ran
+// inline (Executor::Options::syncReturnsWork), other backends return one.
+void waitFor(const c10::intrusive_ptr<c10d::Work>& work);
+
 // "sum", "avg", "product", "min", "max", "band", "bor", "bxor"; anything else throws, naming `op`.
 c10d::ReduceOp parseReduceOp(const char* op, const std::string& name);
 

@@ -17,7 +17,7 @@ void reduceScatterTensor(at::Tensor& output, const at::Tensor& input, std::strin
   opts.reduceOp = parseReduceOp(kOp, op);
   opts.asyncOp = false;
   at::Tensor in = input;
-  backendFor(kOp, groupName, output.device().type())->_reduce_scatter_base(output, in, opts)->wait();
+  waitFor(backendFor(kOp, groupName, output.device().type())->_reduce_scatter_base(output, in, opts));
 }
 
 void reduceScatterTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/, std::string /*op*/,

@@ -6,6 +6,11 @@
 //   std::vector<at::Tensor> t{at::ones({1024})};
 //   backend->allreduce(t)->wait();
 //
+// A call with asyncOp = false (AllreduceOptions and the others default to true) that the backend runs inline returns
+// an empty Work pointer, as torch.distributed expects of a backend that synchronised at the C++ level: the call has
+// completed (or thrown its failure) when it returns. Check the pointer before waiting on such a call, or set
+// TUNEDIST_SYNC_WORK=always to get a completed Work every time.
+//
 // CPU tensors go through shared memory among the ranks of this host; a group made here must fit on one host (a
 // group that spans hosts needs the gloo factory that `import tunedist` gives it from Python). CUDA tensors go to
 // NCCL. Tunables come from the environment (TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS,

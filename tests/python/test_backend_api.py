@@ -372,3 +372,89 @@ def test_split_group_and_new_group_with_a_bound_device():
         assert r["gathered"] == [float(p) for p in pair], r
         assert r["low"] == (3.0 if rank < 2 else None), r
         assert r["world"] == 4.0, r
+
+
+# A synchronous call that ran inline hands torch no Work: torch's contract for a backend that synchronised at the
+# C++ level (torch.distributed waits only on a Work it got back, for every collective that passes async_op). The
+# call still takes the group's next sequence number, and a Work is still made where something needs one: a profiler
+# (the event rides on it; test_backend_objects_work_and_profiler), torch registering Works for wait_tensor, and
+# TUNEDIST_SYNC_WORK=always.
+
+
+def _sync_calls_and_their_works(rank: int, world_size: int) -> dict:
+    from torch.distributed._functional_collectives import allow_inflight_collective_as_graph_input_ctx
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    pg = dist.group.WORLD
+    seq = pg._get_backend(torch.device("cpu"))._get_sequence_number_for_group
+    t = torch.full((1001,), float(rank + 1))
+    total = float(sum(range(1, world_size + 1)))
+    got: dict = {}
+
+    def options(cls, asynchronous: bool):
+        opts = cls()
+        opts.asyncOp = asynchronous
+        return opts
+
+    before = seq()
+    got["allreduce"] = type(pg.allreduce([t], options(dist.AllreduceOptions, False))).__name__
+    got["broadcast"] = type(pg.broadcast([t], options(dist.BroadcastOptions, False))).__name__
+    out = torch.empty(world_size * 1001)
+    gather_opts = options(torch._C._distributed_c10d.AllgatherOptions, False)
+    got["allgather_base"] = type(pg._allgather_base(out, t, gather_opts)).__name__
+    got["barrier"] = type(pg.barrier(options(dist.BarrierOptions, False))).__name__
+    got["seq_advanced"] = seq() - before
+    got["allreduced"] = t[0].item()
+    # the same calls asynchronous (torch's default options) return a Work
+    work = pg.allreduce([t], dist.AllreduceOptions())
+    got["async"] = type(work).__name__
+    work.wait()
+
+    # a Python dispatch mode sees the c10d operator (boxed) and passes it on
+    class PassThrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            got.setdefault("mode_saw", []).append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.ones(7)
+    with PassThrough():
+        dist.all_reduce(x)
+    got["under_mode"] = x[0].item()
+    # torch registers the Work of every call for wait_tensor: a Work is made
+    y = torch.ones(7)
+    with allow_inflight_collective_as_graph_input_ctx():
+        dist.all_reduce(y)
+        torch.ops._c10d_functional.wait_tensor(y)
+        got["inflight_work"] = type(pg.allreduce([y], options(dist.AllreduceOptions, False))).__name__
+    got["inflight"] = y[0].item()
+    got["total"] = total
+    return got
+
+
+def test_synchronous_calls_that_ran_inline_return_no_work():
+    results = launch(2, _sync_calls_and_their_works)
+    for rank, res in enumerate(results):
+        assert res["allreduce"] == res["broadcast"] == res["allgather_base"] == res["barrier"] == "NoneType", \
+            f"rank {rank}: {res}"
+        assert res["seq_advanced"] == 4, f"rank {rank}: {res}"
+        assert res["allreduced"] == res["total"], f"rank {rank}: {res}"
+        assert res["async"] == "Work" and res["inflight_work"] == "Work", f"rank {rank}: {res}"
+        assert "c10d.allreduce_.default" in res["mode_saw"] and res["under_mode"] == 2.0, f"rank {rank}: {res}"
+        assert res["inflight"] == 4.0, f"rank {rank}: {res}"
+
+
+def _sync_work_always(rank: int, world_size: int) -> dict:
+    pg = dist.group.WORLD
+    t = torch.ones(5)
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    work = pg.allreduce([t], opts)
+    return {"type": type(work).__name__, "done": work is not None and work.is_completed(), "value": t[0].item()}
+
+
+def test_sync_work_always_returns_a_completed_work():
+    results = launch(2, _sync_work_always, env={"TUNEDIST_SYNC_WORK": "always"})
+    assert results == [{"type": "Work", "done": True, "value": 2.0}] * 2, results
+    failures = launch(2, _sync_work_always, env={"TUNEDIST_SYNC_WORK": "sometimes"}, return_exceptions=True)
+    for f in failures:
+        assert "TUNEDIST_SYNC_WORK" in str(f) and "inline-none or always" in str(f) and "sometimes" in str(f), f

@@ -52,7 +52,9 @@ void CpuBackend::allreduceNow(const at::Tensor& tensor, const c10d::AllreduceOpt
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions sync = opts;
   sync.asyncOp = false;
-  allreduce(tensors, sync)->wait();
+  if (auto work = allreduce(tensors, sync)) {  // none where it ran inline after all (Executor::Options)
+    work->wait();
+  }
 }
 
 // The tensors travel as one flat buffer per call: one synchronisation for all of them instead of one each.

@@ -20,6 +20,8 @@
 
 #include <tunedist/tunedist.h>
 
+#include "scoped_env.h"
+
 namespace {
 
 using BackendPtr = c10::intrusive_ptr<c10d::Backend>;
@@ -206,6 +208,8 @@ TEST_CASE("backend Work: op type, increasing sequence numbers, future holding th
 // ran inline, or racing its completion, the future settles exactly once, with the outputs or with the error.
 TEST_CASE("backend Work: its future, made before or after the call ends, settles once with outputs or error",
           "[backend][work]") {
+  // Synchronous calls here return their Work too (by default one that runs inline returns none: next test).
+  tunedist::test::ScopedEnv always("TUNEDIST_SYNC_WORK", "always");
   runRanks(2, [&](int rank, BackendPtr& backend) {
     std::vector<at::Tensor> t{at::ones({64})};
     c10d::AllreduceOptions sync;
@@ -246,6 +250,50 @@ TEST_CASE("backend Work: its future, made before or after the call ends, settles
            "a future made after an inline failure carries the error");
     expect(afterFuture->tryRetrieveErrorMessage().find("earlier failure") != std::string::npos,
            "the later call's error: " + afterFuture->tryRetrieveErrorMessage());
+  });
+}
+
+// A synchronous call (asyncOp false) that runs inline returns no Work, as torch allows a backend that synchronised
+// at the C++ level; its failure comes out of the call itself. One that finds the queue busy is queued and returns
+// its Work: rank 0 queues an all_reduce its peer has not started, so its synchronous broadcast right after cannot run
+// inline (it would block on the peer, which waits for rank 0's go-ahead: a bug shows as the peer's timeout).
+TEST_CASE("backend: a synchronous call that runs inline returns no Work and throws its own failure",
+          "[backend][work]") {
+  std::atomic<bool> go{false};
+  runRanks(2, [&](int rank, BackendPtr& backend) {
+    c10d::AllreduceOptions sync;
+    sync.asyncOp = false;
+    std::vector<at::Tensor> t{at::full({33}, double(rank + 1))};
+    expect(!backend->allreduce(t, sync), "an inline synchronous all_reduce returns no Work");
+    expectEqual(t[0], at::full({33}, 3.0, at::kFloat), "all_reduce of 1 and 2");
+    c10d::BroadcastOptions syncBroadcast;
+    syncBroadcast.asyncOp = false;
+    if (rank == 0) {
+      auto pending = backend->allreduce(t);  // asynchronous; the peer joins only after `go`
+      auto queued = backend->broadcast(t, syncBroadcast);
+      expect(static_cast<bool>(queued), "a synchronous call behind a pending one is queued and returns its Work");
+      go = true;
+      pending->wait();
+      queued->wait();
+    } else {
+      while (!go) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      backend->allreduce(t)->wait();
+      if (auto work = backend->broadcast(t, syncBroadcast)) {  // may find its own all_reduce still settling
+        work->wait();
+      }
+    }
+    expectEqual(t[0], at::full({33}, 6.0, at::kFloat), "the all_reduce then broadcast");
+    std::vector<at::Tensor> bad{at::ones({rank == 0 ? 8 : 9})};
+    std::string message;
+    try {
+      auto none = backend->allreduce(bad, sync);
+      message = none ? "returned a Work" : "returned without an error";
+    } catch (const c10::DistBackendError& e) {
+      message = e.what();
+    }
+    expect(message.find("disagree") != std::string::npos, "the mismatch, thrown by the call: " + message);
   });
 }
 
