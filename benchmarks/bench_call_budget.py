@@ -8,7 +8,7 @@ hits all rows alike. A row's figure is the median over rounds of its per-round m
   fake        dist.all_reduce on torch's fake process group (torch.testing._internal.distributed.fake_pg), which
               moves nothing: Python, the c10d dispatcher and a Work. The floor any c10d backend pays.
   tuned_ws1   dist.all_reduce on a world-size-1 `tuned` group (one per rank): the floor plus tunedist's own cost per
-              call (checks, the Work and its future, the executor, one round of the engine without peers).
+              call (checks, the executor, one round of the engine without peers; no Work: see below).
   tuned_ws1_async   the same with async_op=True and work.wait(). A group of one rank runs async calls inline
               (nobody to wait for), so this is the Work's own cost; tuned_async shows the hand-off to the worker.
   tuned       dist.all_reduce on the job's `tuned` group (all ranks): the above plus synchronisation and the bytes.
@@ -26,7 +26,9 @@ hits all rows alike. A row's figure is the median over rounds of its per-round m
               machine's cache and memory speed. What moving them between cores adds shows under synchronisation.
 The budget splits `tuned` into: floor (fake), tunedist per call (tuned_ws1 - fake), bytes (kernels) and
 synchronisation (the rest: tuned - tuned_ws1 - kernels + the ws1 self-copy, never below zero); and `tuned_op` the
-same way with op_floor and tuned_op_ws1.
+same way with op_floor and tuned_op_ws1. The fake group hands torch a Work, which Python then waits on; a synchronous
+`tuned` call that runs inline hands back none (TUNEDIST_SYNC_WORK), so tunedist's part can come out below zero: it
+costs less than the Work that the floor includes.
 """
 
 from __future__ import annotations
