@@ -4,6 +4,9 @@
 #include <sched.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -32,10 +35,23 @@ Executor::Options Executor::Options::fromEnv() {
     TD_CHECK(*v == "inline-none" || *v == "always", "tunedist: TUNEDIST_SYNC_WORK must be inline-none or always, got '",
              *v, "'");
     o.syncReturnsWork = *v == "always";
+  } else if (auto fr = envString("TUNEDIST_FLIGHT_RECORDER")) {
+    // torch's flight-recorder hook (which `import tunedist` attaches only under this variable, as
+    // tunedist.flight_recorder_enabled() reads it) closes a call's entry in its post-hook only when the call returned
+    // a Work: without one, every synchronous call would sit in its dumps as never finished, as a hung one does.
+    std::string value = *fr;
+    value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t") + 1);
+    std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::tolower(c); });
+    o.syncReturnsWork = value == "1" || value == "true" || value == "yes" || value == "on";
   }
   return o;
 }
 
+// torch reads allow_inflight_collective_as_graph_input again after the call returns (ProcessGroup::allreduce and the
+// others register the Work for wait_tensor then): a thread that switches it on while another thread's synchronous
+// call runs inline on a tuned group would have torch register an empty Work. torch's own flag is a plain global, set
+// by a context manager on the thread that traces; no guard here can close that window.
 bool Executor::syncMayOmitWork() const {
   return !options_.syncReturnsWork && !profilerCallbacksActive() && !c10d::allow_inflight_collective_as_graph_input();
 }

@@ -65,11 +65,12 @@ class Executor : public std::enable_shared_from_this<Executor> {
     // made while the calling thread has profiler callbacks (it carries the tuned:* event), under
     // allow_inflight_collective_as_graph_input (torch registers it for wait_tensor), and whenever the call is
     // queued. true (TUNEDIST_SYNC_WORK=always): every call returns a Work, for C++ callers that set asyncOp = false
-    // and wait on the result without checking it.
+    // and wait on the result without checking it; also the default under TUNEDIST_FLIGHT_RECORDER=1, since torch's
+    // flight recorder closes a call's entry only when the call returned a Work.
     bool syncReturnsWork = false;
 
     // Defaults overridden by TUNEDIST_WORKER_SCHED (batch | normal) and TUNEDIST_SYNC_WORK (inline-none | always)
-    // where set; throws naming the variable on anything else.
+    // where set (TUNEDIST_FLIGHT_RECORDER on: always); throws naming the variable on anything else.
     static Options fromEnv();
   };
 

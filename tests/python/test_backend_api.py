@@ -184,6 +184,9 @@ _FLIGHT_RECORDER_PROBE = (
     "dist.all_reduce(t)\n"
     "hooks = dist.distributed_c10d._world.pg_flight_recorder_hooks\n"
     "print('HOOKED' if dist.group.WORLD in hooks else 'NOT_HOOKED', tunedist.flight_recorder_enabled(), t.tolist())\n"
+    "opts = dist.AllreduceOptions()\n"
+    "opts.asyncOp = False\n"
+    "print('SYNC_RETURNS', type(dist.group.WORLD.allreduce([t], opts)).__name__)\n"
     "dist.destroy_process_group()\n"
 )
 
@@ -192,12 +195,15 @@ _FLIGHT_RECORDER_PROBE = (
                     reason="this torch attaches no flight-recorder hook to plugin backends")
 def test_flight_recorder_hook_only_when_asked():
     """torch's per-call flight-recorder hook is skipped for tuned by default and attached with
-    TUNEDIST_FLIGHT_RECORDER=1; either way the all_reduce is right."""
+    TUNEDIST_FLIGHT_RECORDER=1; either way the all_reduce is right. With the hook, synchronous calls return a Work
+    (the recorder closes an entry only for a call that returned one)."""
     envs = {"": _import_env(), "1": _import_env(TUNEDIST_FLIGHT_RECORDER="1")}
     envs[""].pop("TUNEDIST_FLIGHT_RECORDER", None)
     outputs = _run_children({value: (_FLIGHT_RECORDER_PROBE, env) for value, env in envs.items()})
     assert "NOT_HOOKED False [1.0, 1.0, 1.0, 1.0]" in outputs[""], outputs[""]
     assert "HOOKED True [1.0, 1.0, 1.0, 1.0]" in outputs["1"] and "NOT_HOOKED" not in outputs["1"], outputs["1"]
+    assert "SYNC_RETURNS NoneType" in outputs[""], outputs[""]
+    assert "SYNC_RETURNS Work" in outputs["1"], outputs["1"]
 
 
 def _cuda_tensor_on_cpu_group(rank: int, world_size: int) -> str:

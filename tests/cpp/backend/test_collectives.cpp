@@ -256,7 +256,7 @@ TEST_CASE("backend Work: its future, made before or after the call ends, settles
 // A synchronous call (asyncOp false) that runs inline returns no Work, as torch allows a backend that synchronised
 // at the C++ level; its failure comes out of the call itself. One that finds the queue busy is queued and returns
 // its Work: rank 0 queues an all_reduce its peer has not started, so its synchronous broadcast right after cannot run
-// inline (it would block on the peer, which waits for rank 0's go-ahead: a bug shows as the peer's timeout).
+// inline (it would block on the peer, which waits for rank 0's go-ahead: a bug shows as both ranks' timeouts).
 TEST_CASE("backend: a synchronous call that runs inline returns no Work and throws its own failure",
           "[backend][work]") {
   std::atomic<bool> go{false};
@@ -276,7 +276,11 @@ TEST_CASE("backend: a synchronous call that runs inline returns no Work and thro
       pending->wait();
       queued->wait();
     } else {
+      const auto deadline = std::chrono::steady_clock::now() + kTimeout;
       while (!go) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          throw std::runtime_error("rank 0 never gave the go-ahead (it failed or blocked before)");
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       backend->allreduce(t)->wait();

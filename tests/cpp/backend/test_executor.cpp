@@ -137,6 +137,17 @@ TEST_CASE("executor: TUNEDIST_SYNC_WORK chooses whether synchronous calls return
     CHECK_FALSE(tunedist::Executor::Options::fromEnv().syncReturnsWork);
   }
   {
+    // torch's flight recorder closes an entry only for a call that returned a Work.
+    tunedist::test::ScopedEnv recorder("TUNEDIST_FLIGHT_RECORDER", " On");
+    CHECK(tunedist::Executor::Options::fromEnv().syncReturnsWork);
+    tunedist::test::ScopedEnv env("TUNEDIST_SYNC_WORK", "inline-none");
+    CHECK_FALSE(tunedist::Executor::Options::fromEnv().syncReturnsWork);
+  }
+  {
+    tunedist::test::ScopedEnv recorder("TUNEDIST_FLIGHT_RECORDER", "0");
+    CHECK_FALSE(tunedist::Executor::Options::fromEnv().syncReturnsWork);
+  }
+  {
     tunedist::test::ScopedEnv env("TUNEDIST_SYNC_WORK", "never");
     CHECK_THROWS_WITH(tunedist::Executor::Options::fromEnv(), Catch::Contains("TUNEDIST_SYNC_WORK") &&
                                                                   Catch::Contains("inline-none or always") &&
