@@ -4,9 +4,9 @@
 //   * launch() takes the next per-group sequence number, wraps the operation in a TunedWork and queues it; one
 //     worker thread runs the queue.
 //   * A synchronous call (async_op=False) with nothing queued runs inline on the caller's thread: no hand-off. So
-//     does an asynchronous one where Options::inlineAsync says so (a group of one rank). runNow() runs such a call
-//     without making a Work at all (torch.ops.tunedist.all_reduce_, which returns none); so does launch() for a
-//     synchronous call, which then returns an empty Work pointer (Options::syncReturnsWork).
+//     does an asynchronous one where Options::inlineAsync says so (a group of one rank). A synchronous one runs
+//     through runNow(), without making a Work at all: launch() then returns an empty Work pointer
+//     (Options::syncReturnsWork).
 //   * A thread that waits for a queued Work runs the queue itself while the worker is idle (helpUntil): waking the
 //     worker costs 50-200 us on a virtual machine.
 //   * A future callback on the worker that issues another operation and waits for it (torch's PowerSGD hook does)
@@ -91,12 +91,6 @@ class Executor : public std::enable_shared_from_this<Executor> {
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                         const std::vector<at::Tensor>& inputs, bool asyncOp,
                                         std::chrono::milliseconds timeout, size_t bytes, F&& body);
-  // Runs a synchronous operation on the caller's thread now, without a Work, where launch() would run it inline
-  // (nothing queued or running, no coalescing block), and returns true; it takes the next sequence number as launch()
-  // does and throws the operation's failure as that Work's wait() would (a c10::DistBackendError). Otherwise runs
-  // nothing and returns false: the caller launches it.
-  template <typename F>
-  bool runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body);
   // Records a Work made outside launch() (send/recv) in the coalesced block being built, if any.
   void trackWork(const c10::intrusive_ptr<c10d::Work>& work);
   void startCoalescing();
@@ -122,6 +116,11 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // Whether a synchronous call that runs inline may return no Work (Options::syncReturnsWork): no profiler callbacks
   // on this thread, torch not registering Works for wait_tensor.
   bool syncMayOmitWork() const;
+  // launch() of a synchronous call without a Work: runs it on the caller's thread now where it may run inline
+  // (nothing queued or running, no coalescing block) and returns true, with the next sequence number, throwing its
+  // failure as that Work's wait() would (a c10::DistBackendError). Otherwise runs nothing and returns false.
+  template <typename F>
+  bool runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body);
   // With mutex_ held: refuses a call after shutdown, naming it.
   void checkOpenLocked(const char* name) const;
   // With mutex_ held: the next sequence number and its Work (recorded in an open coalescing block).

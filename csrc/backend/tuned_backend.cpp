@@ -83,18 +83,6 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce(std::vector<at::Tensor>& 
   return collective("all_reduce", tensors).allreduce(tensors, opts);
 }
 
-void TunedBackend::allreduceNow(at::Tensor& tensor, const c10d::AllreduceOptions& opts) {
-  c10d::Backend& side = collective("all_reduce", tensor);
-  if (&side == cpu_.get()) {
-    cpu_->allreduceNow(tensor, opts);
-    return;
-  }
-  std::vector<at::Tensor> tensors{tensor};
-  if (auto work = side.allreduce(tensors, opts)) {
-    work->wait();
-  }
-}
-
 c10::intrusive_ptr<c10d::Work> TunedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                               const c10d::AllreduceOptions& opts) {
   return collective("all_reduce", tensors).allreduce_sparse(tensors, opts);

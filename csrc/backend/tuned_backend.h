@@ -107,9 +107,6 @@ class TunedBackend : public c10d::Backend {
   void shutdown() override;
   void setGroupUid(const std::string& pgUid) override;
 
-  // A synchronous all_reduce of one tensor, for torch.ops.tunedist.all_reduce_: the CPU side runs it without a Work
-  // where it can (CpuBackend::allreduceNow); the NCCL side runs allreduce() and waits as dist.all_reduce does.
-  void allreduceNow(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
   CpuBackend& cpu() { return *cpu_; }
   // The NCCL side if it was created (for tests and tools), else null.

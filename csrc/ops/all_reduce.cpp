@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/tuned_backend.h"
 #include "ops/common.h"
 
 namespace tunedist::direct {
@@ -42,15 +41,10 @@ void allReduce(at::Tensor& tensor, std::string op, std::string groupName) {
   opts.reduceOp = parseReduceOp(kOp, op);
   opts.asyncOp = false;
   at::Tensor t = realView(tensor, opts.reduceOp, op);
-  auto backend = backendFor(kOp, groupName, t.device().type());
-  // A tuned backend runs the call without a Work where it can; under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps it
-  // (ProcessGroupWrapper, which checks the call against the peers first), and that goes the general way.
-  if (auto* tuned = dynamic_cast<TunedBackend*>(backend.get())) {
-    tuned->allreduceNow(t, opts);
-    return;
-  }
   std::vector<at::Tensor> tensors{t};
-  waitFor(backend->allreduce(tensors, opts));
+  // A tuned group runs a synchronous call that finds nothing queued on this thread and returns no Work for it
+  // (Executor::Options::syncReturnsWork).
+  waitFor(backendFor(kOp, groupName, t.device().type())->allreduce(tensors, opts));
 }
 
 // Shapes only (torch.compile's fake tensors, the meta device): nothing to compute, the tensor is written in place.

@@ -61,8 +61,6 @@ class CpuBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
-  // allreduce() of one tensor, synchronously, without a Work where it runs inline (torch.ops.tunedist.all_reduce_).
-  void allreduceNow(const at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   // A sparse COO tensor is summed as gloo does (allreduce_sparse.cpp); torch sends it to allreduce_sparse.
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override {
@@ -171,9 +169,6 @@ class CpuBackend : public c10d::Backend {
   // Fails every engine that exists with `reason` (and, once they exist, the ones made later).
   void abortEngines(const std::string& reason);
 
-  // all_reduce's arguments after its checks (a failed check fails the group: guardCall).
-  // `count`: how many tensors the call passed (one is allowed), `tensor` the first.
-  shm::ReduceArgs allreduceArgs(size_t count, const at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   // all_reduce of one sparse COO tensor (allreduce_sparse.cpp).
   c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
 
