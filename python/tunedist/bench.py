@@ -65,7 +65,12 @@ nccl-tests
   takes a turn in every round, first, so memory speed is measured seconds from each timed loop
   (memcpy_gbps_rounds in its rows), and bound.beside_rounds holds each backend's busbw there over 4(P-1)/(5P+1) and
   over 4(P-1)/(3P+1) (a design that copies in only what peers need and reduces in place) x the probe of its own
-  round: per round, their median and min-max.
+  round: per round, their median and min-max. The memcpy probe copies within a core; a collective moves bytes
+  between cores, which costs more where the ranks' CPUs sit far apart and less where they share a core's caches. So
+  at the same point that design itself also takes a turn in every round, run with plain kernels on shared memory
+  between the ranks (tunedist.bench_standin; CPU runs of 2 or more ranks): standin_us_rounds in the rows, and
+  beside_rounds' "standin", the stand-in's time over each round's (> 1: the collective beats the design as these
+  CPUs run it). Where the ranks cannot map each other's memory the notes say why.
 - load_avg_start/end: os.getloadavg() on rank 0 before the first and after the last point.
 - zero-copy (tuned+sym only): the growth of symmetric_heap_stats()["zero_copy_ops"] over a point (its check, warm-up
   and rounds; the least over ranks) next to the calls the point made, in the row (zero_copy_ops, calls,
@@ -96,6 +101,7 @@ import tunedist
 from . import bench_contenders
 from .bench_collectives import ALL_COLLECTIVES, ALL_OPS, DTYPES, OPS, PRIMARY_INPLACE, REDOPS, VARIANTS, count_wrong
 from .bench_report import RANK_REDUCTIONS, Progress, bound_section, print_tables, ratios
+from .bench_standin import AllreduceStandin
 from .bench_symmetric import symmetric_section, warn_zero_copy, zero_copy_row
 
 DEFAULT_WARMUP = 5
@@ -321,24 +327,53 @@ def plan(args, world: int) -> list:
     return points
 
 
-def measure_point(args, contenders, op, count, inplace, progress, probe=False) -> list:
+def measure_point(args, contenders, op, count, inplace, progress, probe=False, notes=None) -> list:
     """One (op, count, variant): the contenders that have the op, interleaved round by round; their rows. Its
     buffers die on return, before the next point allocates its own (tuned+sym: the heap's peak is one point's).
-    probe: the memcpy probe also takes a turn, first in every round (the bound point), and each row keeps it."""
+    probe: the memcpy probe and the all_reduce stand-in (make_standin) also take turns, first in every round (the
+    bound point), and each row keeps them; `notes` gets why the stand-in did not run, where it did not."""
     here = [prepare(args, c, op, inplace, count) for c in contenders if c.has(op)]
-    probes = []
-    for k in range(args.rounds):
-        if probe:
-            probes.append(measure_memcpy(args))
-        for point in here:
-            if point.timed:
-                run_round(point)
-            progress.step(f"{point.contender.name} {op} {count} el{' in-place' if inplace else ''} round {k + 1}")
+    standin = make_standin(args, count, notes) if probe else None
+    probes, standins = [], []
+    try:
+        for k in range(args.rounds):
+            if probe:
+                probes.append(measure_memcpy(args))
+            if standin is not None:
+                standins.append(standin.time_us())
+            for point in here:
+                if point.timed:
+                    run_round(point)
+                progress.step(f"{point.contender.name} {op} {count} el{' in-place' if inplace else ''} round {k + 1}")
+    finally:
+        if standin is not None:
+            standin.close()
     rows = [finish(args, point) for point in here]
     if probe:
         for row in rows:
             row["memcpy_gbps_rounds"] = probes
+            if standins:
+                row["standin_us_rounds"] = standins
     return rows
+
+
+def make_standin(args, count: int, notes):
+    """The all_reduce stand-in (tunedist.bench_standin) of `count` elements, checked; None where it cannot run (one
+    rank, a GPU run, or no shared memory between the ranks: the reason goes to `notes`). A wrong result fails the
+    run: the bound must come from a correct execution."""
+    if dist.get_world_size() < 2 or args.device != "cpu":
+        return None
+    try:
+        standin = AllreduceStandin(count, DTYPES[args.dtype])
+    except RuntimeError as e:
+        if notes is not None:
+            notes.append(f"all_reduce stand-in not measured: {e}")
+        return None
+    wrong = standin.check()
+    if wrong:
+        standin.close()
+        raise RuntimeError(f"tunedist.bench: the all_reduce stand-in of {count} elements got {wrong} wrong elements")
+    return standin
 
 
 def bound_point(args, world: int):
@@ -347,11 +382,12 @@ def bound_point(args, world: int):
     return ("all_reduce", max(counts), True) if counts else None
 
 
-def measure(args, contenders, progress) -> list:
-    """Every point of plan(), in order; their rows."""
+def measure(args, contenders, progress, notes=None) -> list:
+    """Every point of plan(), in order; their rows (`notes`: see measure_point)."""
     at = bound_point(args, dist.get_world_size())
     return [row for op, count in plan(args, dist.get_world_size()) for inplace in VARIANTS[op]
-            for row in measure_point(args, contenders, op, count, inplace, progress, (op, count, inplace) == at)]
+            for row in measure_point(args, contenders, op, count, inplace, progress, (op, count, inplace) == at,
+                                     notes)]
 
 
 def measure_memcpy(args, reps: int = 5) -> float:
@@ -405,7 +441,7 @@ def main(argv=None) -> int:
     heap0 = {c.name: c.heap_stats() for c in contenders if c.symmetric}
     total = sum(len(VARIANTS[op]) * sum(c.has(op) for c in contenders) for op, _ in plan(args, world)) * args.rounds
     progress = Progress(total, rank == 0 and not args.no_progress)
-    results = measure(args, contenders, progress)
+    results = measure(args, contenders, progress, meta.setdefault("notes", []))
     progress.close()
     meta["load_avg_end"] = _load_avg()
     meta["memcpy_gbps_end"] = measure_memcpy(args)

@@ -83,9 +83,20 @@ def _beside_rounds(r, world: int) -> dict:
     out = {"bytes": r["bytes"], "memcpy_gbps_rounds": r["memcpy_gbps_rounds"], "busbw_gbps_rounds": busbw}
     for name, (formula, factor) in BOUNDS.items():
         per = [b / (factor(world) * m) for b, m in zip(busbw, r["memcpy_gbps_rounds"])]
-        out[name] = {"formula": formula, "ratio_rounds": per, "ratio_median": statistics.median(per),
-                     "ratio_min": min(per), "ratio_max": max(per)}
+        out[name] = _spread(formula, per)
+    if r.get("standin_us_rounds"):
+        # The stand-in's time over the round's: busbw over the stand-in's busbw (> 1: faster than the design runs).
+        per = [s["best"] / t for s, t in zip(r["standin_us_rounds"], r["round_time_us"])]
+        out["standin"] = {**_spread(STANDIN, per), "standin_us_rounds": r["standin_us_rounds"]}
     return out
+
+
+STANDIN = "the stand-in (tunedist.bench_standin)"
+
+
+def _spread(formula: str, per: list) -> dict:
+    return {"formula": formula, "ratio_rounds": per, "ratio_median": statistics.median(per), "ratio_min": min(per),
+            "ratio_max": max(per)}
 
 
 def _half(r) -> str:
@@ -128,13 +139,20 @@ def print_tables(results, args, meta) -> None:
 
 
 def print_beside_rounds(meta) -> None:
-    """The all_reduce bound at its point, each round against the memcpy probe that ran just before it."""
+    """The all_reduce bound at its point, each round against the memcpy probe and the stand-in that ran just before
+    it."""
     for backend, b in meta["bound"].get("beside_rounds", {}).items():
         probes = "/".join(f"{m:.2f}" for m in b["memcpy_gbps_rounds"])
         print(f"# bound beside each round at {b['bytes']} B, {backend}: busbw / (factor x the memcpy probed before "
               f"that round, {probes} GB/s): " + ", ".join(
                   f"{v['formula']} {v['ratio_median']:.3f} [{v['ratio_min']:.3f}-{v['ratio_max']:.3f}]"
                   for v in (b["copy_in_out"], b["peers_only"])))
+        if "standin" in b:
+            v = b["standin"]
+            us = "/".join(f"{s['best']:.0f}" for s in v["standin_us_rounds"])
+            print(f"# stand-in beside each round at {b['bytes']} B, {backend}: the peers-only design run on shared "
+                  f"memory ({us} us) / the round's time: {v['ratio_median']:.3f} [{v['ratio_min']:.3f}-"
+                  f"{v['ratio_max']:.3f}] (> 1: faster than the design runs on these CPUs)")
 
 
 def _print_table(results, meta, backend, op, half, units) -> None:

@@ -1,0 +1,201 @@
+"""The all_reduce bound as this machine executes it: the design that the peers-only bound 4(P-1)/(3P+1) x memcpy
+describes (each rank copies in only what its peers need and reduces in place), run with plain kernels on shared
+memory beside the collectives, with nothing of tunedist's engine but its copy kernel.
+
+Why: the memcpy probe copies within one core, and a collective moves bytes between cores. Where two ranks' CPUs
+share a core's caches the collective moves them faster than the probe allows for (busbw over the formula above 1);
+where they sit far apart (another core complex, another socket) the bytes a rank reads from a peer cross that
+distance, which the probe never pays. This stand-in pays exactly what the design pays, on the CPUs the job landed
+on, so a collective's time over it says how far the collective is from what the design can reach there.
+
+One call on rank p of P, N elements, its input X (private memory) cut into P parts, S_p and T_p its shared regions:
+  1. for every peer q: S_p[part q] <- X[part q]            (what q needs of ours)
+  2. barrier
+  3. X[part p] += S_q[part p] for every peer q, in rank order (our part reduced in place)
+  4. T_p <- X[part p]                                      (the reduced part, for the peers)
+  5. barrier
+  6. for every peer q: X[part q] <- T_q                    (their reduced parts)
+The next call's step 1 rewrites S_p only after barrier 5 (every peer finished step 3), its step 4 rewrites T_p only
+after barrier 2 (every peer finished step 6). A barrier is a counter per rank in the shared regions (a plain store;
+the copies before it end with an sfence or with cached stores, which x86 keeps in order), polled with a yield between
+reads: microseconds against the milliseconds of a large call, and no control-group message. Copies run either with
+torch's copy (cached stores) or with the engine's streaming copy (tunedist._C.copy_gbps), and each measurement keeps
+the faster, as the floors of benchmarks/bench_ab_builds.py do.
+
+The shared regions have no name anywhere: each rank makes an anonymous memfd (os.memfd_create) and its peers open it
+through /proc/<pid>/fd/<fd>, which needs the ptrace read access that ranks of one user have over each other. Nothing
+outlives the processes, whatever kills them. Where the access is refused the stand-in is not available and the
+bench says so.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import tunedist
+
+
+class SharedRegions:
+    """Each rank's shared-memory region of `nbytes` bytes, mapped by every rank of the default group: regions[q] is
+    rank q's, as a uint8 tensor. Collective (every rank constructs it with the same `nbytes`)."""
+
+    def __init__(self, nbytes: int):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        self._maps: list[mmap.mmap] = []
+        fd = os.memfd_create(f"tunedist-standin-{rank}", os.MFD_CLOEXEC)
+        error = ""
+        try:
+            os.ftruncate(fd, nbytes)
+            mine = mmap.mmap(fd, nbytes)
+        except OSError as e:
+            os.close(fd)
+            fd, mine, error = -1, None, f"rank {rank}: {nbytes} B of memfd: {e}"
+        where: list = [None] * world
+        dist.all_gather_object(where, (os.getpid(), fd, error))
+        try:
+            failed = [w[2] for w in where if w[2]]
+            if failed:
+                raise RuntimeError("tunedist.bench stand-in: " + "; ".join(failed))
+            mapped, errors = [], []
+            for q, (pid, qfd, _) in enumerate(where):
+                if q == rank:
+                    mapped.append(mine)
+                    continue
+                try:
+                    peer = os.open(f"/proc/{pid}/fd/{qfd}", os.O_RDWR | os.O_CLOEXEC)
+                    try:
+                        mapped.append(mmap.mmap(peer, nbytes))
+                    finally:
+                        os.close(peer)
+                except OSError as e:
+                    errors.append(f"rank {rank} cannot map rank {q}'s region (pid {pid}): {e}")
+            self._maps = [m for m in mapped if m is not None]
+            flags = [None] * world
+            dist.all_gather_object(flags, "; ".join(errors))
+            refused = [f for f in flags if f]
+            if refused:
+                raise RuntimeError("tunedist.bench stand-in: " + "; ".join(refused) + " (the ranks must run as one "
+                                   "user with ptrace read access to each other)")
+        finally:
+            if fd >= 0:
+                os.close(fd)  # the mapping keeps the memory; peers opened it before the gather above
+        self.regions = [torch.frombuffer(m, dtype=torch.uint8) for m in self._maps]
+
+    def close(self) -> None:
+        """Unmaps what no tensor still uses (a mapping with live tensors goes with the last of them)."""
+        self.regions = []
+        for m in self._maps:
+            try:
+                m.close()
+            except BufferError:
+                pass
+        self._maps = []
+
+
+def _copiers() -> dict:
+    engine = tunedist._C.copy_gbps
+    return {"torch copy": lambda dst, src: dst.copy_(src),
+            "streaming copy": lambda dst, src: engine(dst, src) if dst.numel() else None}
+
+
+# Bytes before a region's data: its barrier counter (int64), alone in its cache line.
+HEADER_BYTES = 64
+# A barrier that waits this long names the ranks it waits for and fails (a peer died or stopped calling).
+BARRIER_TIMEOUT_S = 120.0
+
+
+class AllreduceStandin:
+    """The design above for `count` elements of `dtype` on every rank of the default group (collective)."""
+
+    def __init__(self, count: int, dtype: torch.dtype):
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        self.x = torch.zeros(count, dtype=dtype)
+        base, extra = divmod(count, self.world)
+        sizes = [base + (q < extra) for q in range(self.world)]
+        self.bounds = [(sum(sizes[:q]), sizes[q]) for q in range(self.world)]
+        biggest = max(sizes)
+        # Each region: header, S (count elements), T (the largest part), each part 64-byte aligned.
+        t_offset = HEADER_BYTES + -(-count * itemsize // 64) * 64
+        self._shared = SharedRegions(t_offset + biggest * itemsize)
+        regions = self._shared.regions
+        self.flags = [r[:8].view(torch.int64) for r in regions]
+        self.s = [r[HEADER_BYTES:HEADER_BYTES + count * itemsize].view(dtype) for r in regions]
+        self.t = [r[t_offset:t_offset + biggest * itemsize].view(dtype) for r in regions]
+        self._arrivals = 0
+
+    def close(self) -> None:
+        self.s, self.t, self.flags = [], [], []
+        self._shared.close()
+
+    def barrier(self) -> None:
+        self._arrivals += 1
+        self.flags[self.rank][0] = self._arrivals
+        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        for q in range(self.world):
+            while int(self.flags[q][0]) < self._arrivals:
+                if time.monotonic() > deadline:
+                    late = [r for r in range(self.world) if int(self.flags[r][0]) < self._arrivals]
+                    raise RuntimeError(f"tunedist.bench stand-in: rank {self.rank} waited {BARRIER_TIMEOUT_S:.0f} s "
+                                       f"at barrier {self._arrivals} for ranks {late}")
+                os.sched_yield()
+
+    def _part(self, buf, q: int):
+        start, n = self.bounds[q]
+        return buf.narrow(0, start, n)
+
+    def call(self, copy) -> None:
+        p = self.rank
+        for q in range(self.world):
+            if q != p:
+                copy(self._part(self.s[p], q), self._part(self.x, q))  # 1.
+        self.barrier()  # 2.
+        mine = self._part(self.x, p)
+        for q in range(self.world):
+            if q != p:
+                mine.add_(self._part(self.s[q], p))  # 3.
+        n = self.bounds[p][1]
+        copy(self.t[p][:n], mine)  # 4.
+        self.barrier()  # 5.
+        for q in range(self.world):
+            if q != p:
+                copy(self._part(self.x, q), self.t[q][:self.bounds[q][1]])  # 6.
+
+    def check(self) -> int:
+        """One call per copier, element i of rank r's input (i % 17 + 1) x (r + 1), so a misplaced part shows:
+        returns the elements that are not (i % 17 + 1) x P(P+1)/2, summed over ranks. Exact in every dtype the
+        bench offers up to 14 ranks (bf16 holds integers to 256)."""
+        wrong = 0
+        pattern = (torch.arange(self.x.numel()) % 17 + 1).to(self.x.dtype)
+        want = pattern * (self.world * (self.world + 1) // 2)
+        for copy in _copiers().values():
+            torch.mul(pattern, self.rank + 1, out=self.x)
+            self.call(copy)
+            wrong += int((self.x != want).sum())
+        self.x.zero_()  # timed calls sum zeros: the values never grow
+        t = torch.tensor([wrong], dtype=torch.int64)
+        dist.all_reduce(t)
+        return int(t.item())
+
+    def time_us(self, reps: int = 3) -> dict:
+        """Per copier, the median µs of `reps` calls (a barrier before each), averaged over ranks; "best": the
+        faster copier's."""
+        out = {}
+        for name, copy in _copiers().items():
+            runs = []
+            for _ in range(reps):
+                dist.barrier()
+                t0 = time.perf_counter()
+                self.call(copy)
+                runs.append(time.perf_counter() - t0)
+            t = torch.tensor([statistics.median(runs) * 1e6], dtype=torch.float64)
+            dist.all_reduce(t)
+            out[name] = t.item() / self.world
+        out["best"] = min(out.values())
+        return out

@@ -1,0 +1,44 @@
+"""Worker of test_bench_standin.py, under torchrun on gloo: the all_reduce stand-in of tunedist.bench at awkward
+counts and dtypes, checked; then that it left nothing behind. Prints one line per case and a final OK."""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from tunedist.bench_standin import AllreduceStandin
+
+
+def mapped_standins() -> list:
+    with open("/proc/self/maps") as f:
+        return [line for line in f if "tunedist-standin" in line]
+
+
+def main() -> int:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    shm_before = set(os.listdir("/dev/shm"))
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        for count in (1, world - 1, 17, 1001, (1 << 18) + 3):
+            standin = AllreduceStandin(count, dtype)
+            wrong = standin.check()
+            times = standin.time_us(reps=2)
+            standin.close()
+            assert wrong == 0, f"{dtype} {count}: {wrong} wrong elements"
+            assert set(times) == {"torch copy", "streaming copy", "best"} and all(t > 0 for t in times.values())
+            assert times["best"] == min(times["torch copy"], times["streaming copy"])
+            if rank == 0:
+                print(f"case {dtype} {count} ok", flush=True)
+    # Nothing named in /dev/shm, and nothing mapped once closed: the regions are memfds, gone with their mappings.
+    assert set(os.listdir("/dev/shm")) - shm_before == set(), set(os.listdir("/dev/shm")) - shm_before
+    assert mapped_standins() == [], mapped_standins()
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        print("OK", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
