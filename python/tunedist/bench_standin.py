@@ -48,13 +48,14 @@ class SharedRegions:
     def __init__(self, nbytes: int):
         rank, world = dist.get_rank(), dist.get_world_size()
         self._maps: list[mmap.mmap] = []
-        fd = os.memfd_create(f"tunedist-standin-{rank}", os.MFD_CLOEXEC)
-        error = ""
+        fd, mine, error = -1, None, ""
         try:
+            fd = os.memfd_create(f"tunedist-standin-{rank}", os.MFD_CLOEXEC)
             os.ftruncate(fd, nbytes)
             mine = mmap.mmap(fd, nbytes)
         except OSError as e:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             fd, mine, error = -1, None, f"rank {rank}: {nbytes} B of memfd: {e}"
         where: list = [None] * world
         dist.all_gather_object(where, (os.getpid(), fd, error))
@@ -168,14 +169,15 @@ class AllreduceStandin:
                 copy(self._part(self.x, q), self.t[q][:self.bounds[q][1]])  # 6.
 
     def check(self) -> int:
-        """One call per copier, element i of rank r's input (i % 17 + 1) x (r + 1), so a misplaced part shows:
-        returns the elements that are not (i % 17 + 1) x P(P+1)/2, summed over ranks. Exact in every dtype the
-        bench offers up to 14 ranks (bf16 holds integers to 256)."""
+        """One call per copier; returns the elements that came out wrong, summed over ranks. Element i comes from one
+        rank only, r = -(i // 17) mod P, with the value i % 17 + 1 (the others hold 0 there), so the sum is exact in
+        every dtype at any world size, and a part that lands in the wrong place, or not at all, shows."""
         wrong = 0
-        pattern = (torch.arange(self.x.numel()) % 17 + 1).to(self.x.dtype)
-        want = pattern * (self.world * (self.world + 1) // 2)
+        i = torch.arange(self.x.numel())
+        want = (i % 17 + 1).to(self.x.dtype)
+        mine = torch.where((i // 17 + self.rank) % self.world == 0, want, torch.zeros_like(want))
         for copy in _copiers().values():
-            torch.mul(pattern, self.rank + 1, out=self.x)
+            self.x.copy_(mine)
             self.call(copy)
             wrong += int((self.x != want).sum())
         self.x.zero_()  # timed calls sum zeros: the values never grow

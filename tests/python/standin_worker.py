@@ -7,7 +7,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tunedist.bench_standin import AllreduceStandin
+from tunedist.bench_standin import AllreduceStandin, SharedRegions
 
 
 def mapped_standins() -> list:
@@ -30,6 +30,14 @@ def main() -> int:
             assert times["best"] == min(times["torch copy"], times["streaming copy"])
             if rank == 0:
                 print(f"case {dtype} {count} ok", flush=True)
+    # A region that cannot be made fails on every rank with one message naming the rank and the size (here: more
+    # address space than any machine has), and leaves nothing behind either.
+    try:
+        SharedRegions(1 << 62)
+    except RuntimeError as e:
+        assert "tunedist.bench stand-in" in str(e) and f"{1 << 62} B of memfd" in str(e), e
+    else:
+        raise AssertionError("a region of 2^62 bytes was made")
     # Nothing named in /dev/shm, and nothing mapped once closed: the regions are memfds, gone with their mappings.
     assert set(os.listdir("/dev/shm")) - shm_before == set(), set(os.listdir("/dev/shm")) - shm_before
     assert mapped_standins() == [], mapped_standins()
