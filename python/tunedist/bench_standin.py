@@ -22,16 +22,19 @@ reads: microseconds against the milliseconds of a large call, and no control-gro
 torch's copy (cached stores) or with the engine's streaming copy (tunedist._C.copy_gbps), and each measurement keeps
 the faster, as the floors of benchmarks/bench_ab_builds.py do.
 
-The shared regions have no name anywhere: each rank makes an anonymous memfd (os.memfd_create) and its peers open it
-through /proc/<pid>/fd/<fd>, which needs the ptrace read access that ranks of one user have over each other. Nothing
-outlives the processes, whatever kills them. Where the access is refused the stand-in is not available and the
-bench says so.
+The shared regions have no name in any file system: each rank makes an anonymous memfd (os.memfd_create) and its
+peers open it through /proc/<pid>/fd/<fd>, which needs the ptrace read access that ranks of one user have over each
+other. Nothing outlives the processes, whatever kills them. Before opening, the ranks check that they share one
+machine (boot id) and pid namespace, so that a pid means the same process to all; after opening, that the file is
+the region they were told of (its memfd name carries a random token). Where any of this fails the stand-in is not
+measured and the bench says why.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import secrets
 import statistics
 import time
 
@@ -49,8 +52,10 @@ class SharedRegions:
         rank, world = dist.get_rank(), dist.get_world_size()
         self._maps: list[mmap.mmap] = []
         fd, mine, error = -1, None, ""
+        # The name makes sure that what a peer opens at /proc/<pid>/fd/<fd> is this region and nothing else.
+        name = f"tunedist-standin-{secrets.token_hex(16)}"
         try:
-            fd = os.memfd_create(f"tunedist-standin-{rank}", os.MFD_CLOEXEC)
+            fd = os.memfd_create(name, os.MFD_CLOEXEC)
             os.ftruncate(fd, nbytes)
             mine = mmap.mmap(fd, nbytes)
         except OSError as e:
@@ -58,19 +63,26 @@ class SharedRegions:
                 os.close(fd)
             fd, mine, error = -1, None, f"rank {rank}: {nbytes} B of memfd: {e}"
         where: list = [None] * world
-        dist.all_gather_object(where, (os.getpid(), fd, error))
+        dist.all_gather_object(where, (_machine(), os.getpid(), fd, name, error))
         try:
-            failed = [w[2] for w in where if w[2]]
+            failed = [w[4] for w in where if w[4]]
             if failed:
                 raise RuntimeError("tunedist.bench stand-in: " + "; ".join(failed))
+            if len({w[0] for w in where}) > 1:
+                # A pid names a process only on its own machine and in its own pid namespace.
+                raise RuntimeError("tunedist.bench stand-in: the ranks do not share one machine and pid namespace "
+                                   "(it measures shared memory between ranks of one host)")
             mapped, errors = [], []
-            for q, (pid, qfd, _) in enumerate(where):
+            for q, (_, pid, qfd, qname, _) in enumerate(where):
                 if q == rank:
                     mapped.append(mine)
                     continue
                 try:
-                    peer = os.open(f"/proc/{pid}/fd/{qfd}", os.O_RDWR | os.O_CLOEXEC)
+                    path = f"/proc/{pid}/fd/{qfd}"
+                    peer = os.open(path, os.O_RDWR | os.O_CLOEXEC)
                     try:
+                        if os.readlink(f"/proc/self/fd/{peer}") != f"/memfd:{qname} (deleted)":
+                            raise OSError(f"{path} is not rank {q}'s region")
                         mapped.append(mmap.mmap(peer, nbytes))
                     finally:
                         os.close(peer)
@@ -97,6 +109,16 @@ class SharedRegions:
             except BufferError:
                 pass
         self._maps = []
+
+
+def _machine() -> tuple:
+    """This machine's boot and this process's pid namespace: equal on two ranks exactly when a pid means the same
+    process to both."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip(), os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return "unknown", 0  # no /proc: opening a peer's region fails below, with its error
 
 
 def _copiers() -> dict:
