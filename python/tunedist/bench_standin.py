@@ -25,9 +25,10 @@ the faster, as the floors of benchmarks/bench_ab_builds.py do.
 The shared regions have no name in any file system: each rank makes an anonymous memfd (os.memfd_create) and its
 peers open it through /proc/<pid>/fd/<fd>, which needs the ptrace read access that ranks of one user have over each
 other. Nothing outlives the processes, whatever kills them. Before opening, the ranks check that they share one
-machine (boot id) and pid namespace, so that a pid means the same process to all; after opening, that the file is
-the region they were told of (its memfd name carries a random token). Where any of this fails the stand-in is not
-measured and the bench says why.
+machine (boot id) and pid namespace, so that a pid means the same process to all, and one TUNEDIST_HOST_ID (a job
+that stands in for several hosts gets no stand-in); after opening, that the file is the region they were told of
+(its memfd name carries a random token). Where any of this fails the stand-in is not measured and the bench says
+why.
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ class SharedRegions:
                 raise RuntimeError("tunedist.bench stand-in: " + "; ".join(failed))
             if len({w[0] for w in where}) > 1:
                 # A pid names a process only on its own machine and in its own pid namespace.
-                raise RuntimeError("tunedist.bench stand-in: the ranks do not share one machine and pid namespace "
-                                   "(it measures shared memory between ranks of one host)")
+                raise RuntimeError("tunedist.bench stand-in: the ranks are not on one host (their boot ids, pid "
+                                   "namespaces or TUNEDIST_HOST_ID differ); it measures shared memory between the "
+                                   "ranks of one host")
             mapped, errors = [], []
             for q, (_, pid, qfd, qname, _) in enumerate(where):
                 if q == rank:
@@ -112,13 +114,15 @@ class SharedRegions:
 
 
 def _machine() -> tuple:
-    """This machine's boot and this process's pid namespace: equal on two ranks exactly when a pid means the same
-    process to both."""
+    """This machine's boot, this process's pid namespace and the host it stands for (TUNEDIST_HOST_ID, as tuned
+    groups read it): equal on two ranks exactly when a pid means the same process to both and the job treats them
+    as one host."""
+    host = os.environ.get("TUNEDIST_HOST_ID", "")
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip(), os.stat("/proc/self/ns/pid").st_ino
+            return f.read().strip(), os.stat("/proc/self/ns/pid").st_ino, host
     except OSError:
-        return "unknown", 0  # no /proc: opening a peer's region fails below, with its error
+        return "unknown", 0, host  # no /proc: opening a peer's region fails below, with its error
 
 
 def _copiers() -> dict:

@@ -38,6 +38,15 @@ def main() -> int:
         assert "tunedist.bench stand-in" in str(e) and f"{1 << 62} B of memfd" in str(e), e
     else:
         raise AssertionError("a region of 2^62 bytes was made")
+    # Ranks that stand for different hosts (TUNEDIST_HOST_ID, as tuned groups read it) get no stand-in, on every rank.
+    os.environ["TUNEDIST_HOST_ID"] = f"host{rank % 2}"
+    try:
+        SharedRegions(4096)
+    except RuntimeError as e:
+        assert "not on one host" in str(e), e
+    else:
+        raise AssertionError("ranks of two hosts made shared regions")
+    del os.environ["TUNEDIST_HOST_ID"]
     # Nothing named in /dev/shm, and nothing mapped once closed: the regions are memfds, gone with their mappings.
     assert set(os.listdir("/dev/shm")) - shm_before == set(), set(os.listdir("/dev/shm")) - shm_before
     assert mapped_standins() == [], mapped_standins()
