@@ -64,8 +64,8 @@ class SharedRegions:
                 os.close(fd)
             fd, mine, error = -1, None, f"rank {rank}: {nbytes} B of memfd: {e}"
         where: list = [None] * world
-        dist.all_gather_object(where, (_machine(), os.getpid(), fd, name, error))
         try:
+            dist.all_gather_object(where, (_machine(), os.getpid(), fd, name, error))
             failed = [w[4] for w in where if w[4]]
             if failed:
                 raise RuntimeError("tunedist.bench stand-in: " + "; ".join(failed))
