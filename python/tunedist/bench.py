@@ -101,7 +101,7 @@ import tunedist
 from . import bench_contenders
 from .bench_collectives import ALL_COLLECTIVES, ALL_OPS, DTYPES, OPS, PRIMARY_INPLACE, REDOPS, VARIANTS, count_wrong
 from .bench_report import RANK_REDUCTIONS, Progress, bound_section, print_tables, ratios
-from .bench_standin import AllreduceStandin
+from .bench_standin import AllreduceStandin, StandinUnavailable
 from .bench_symmetric import symmetric_section, warn_zero_copy, zero_copy_row
 
 DEFAULT_WARMUP = 5
@@ -340,7 +340,7 @@ def measure_point(args, contenders, op, count, inplace, progress, probe=False, n
             if probe:
                 probes.append(measure_memcpy(args))
             if standin is not None:
-                standins.append(standin.time_us())
+                standins.append(standin.time_us(over_ranks=lambda v: _over_ranks(v, args.average)))
             for point in here:
                 if point.timed:
                     run_round(point)
@@ -359,17 +359,26 @@ def measure_point(args, contenders, op, count, inplace, progress, probe=False, n
 
 def make_standin(args, count: int, notes):
     """The all_reduce stand-in (tunedist.bench_standin) of `count` elements, checked; None where it cannot run (one
-    rank, a GPU run, or no shared memory between the ranks: the reason goes to `notes`). A wrong result fails the
-    run: the bound must come from a correct execution."""
-    if dist.get_world_size() < 2 or args.device != "cpu":
+    rank; a GPU run; no shared memory between the ranks, or ranks on several hosts: the reason goes to `notes`). Its
+    failures to start come on every rank at once (StandinUnavailable), so all ranks take the same path. A wrong result
+    fails the run: the bound must come from a correct execution."""
+    if dist.get_world_size() < 2:
+        return None
+    if args.device != "cpu":
+        if notes is not None:
+            notes.append("all_reduce stand-in not measured: it runs on CPU memory only")
         return None
     try:
         standin = AllreduceStandin(count, DTYPES[args.dtype])
-    except RuntimeError as e:
+    except StandinUnavailable as e:
         if notes is not None:
             notes.append(f"all_reduce stand-in not measured: {e}")
         return None
-    wrong = standin.check()
+    try:
+        wrong = standin.check()
+    except BaseException:
+        standin.close()
+        raise
     if wrong:
         standin.close()
         raise RuntimeError(f"tunedist.bench: the all_reduce stand-in of {count} elements got {wrong} wrong elements")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import platform
 import secrets
 import statistics
 import time
@@ -45,36 +46,45 @@ import torch.distributed as dist
 import tunedist
 
 
+class StandinUnavailable(RuntimeError):
+    """The stand-in cannot run here. Raised on every rank at once, only after the ranks agreed on it (a collective),
+    so that no rank goes on to the next collective while its peers wait in this one."""
+
+
 class SharedRegions:
     """Each rank's shared-memory region of `nbytes` bytes, mapped by every rank of the default group: regions[q] is
-    rank q's, as a uint8 tensor. Collective (every rank constructs it with the same `nbytes`)."""
+    rank q's, as a uint8 tensor. Collective (every rank constructs it with the same `nbytes`). `local_error`: a reason
+    this rank cannot take part, shared with the others through the first gather. Every failure raises
+    StandinUnavailable on every rank."""
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, local_error: str = ""):
         rank, world = dist.get_rank(), dist.get_world_size()
         self._maps: list[mmap.mmap] = []
-        fd, mine, error = -1, None, ""
+        fd, mine, error = -1, None, local_error
         # The name makes sure that what a peer opens at /proc/<pid>/fd/<fd> is this region and nothing else.
         name = f"tunedist-standin-{secrets.token_hex(16)}"
-        try:
-            fd = os.memfd_create(name, os.MFD_CLOEXEC)
-            os.ftruncate(fd, nbytes)
-            mine = mmap.mmap(fd, nbytes)
-        except OSError as e:
-            if fd >= 0:
-                os.close(fd)
-            fd, mine, error = -1, None, f"rank {rank}: {nbytes} B of memfd: {e}"
+        if not error:
+            try:
+                fd = os.memfd_create(name, os.MFD_CLOEXEC)
+                os.ftruncate(fd, nbytes)
+                mine = mmap.mmap(fd, nbytes)
+            except OSError as e:
+                if fd >= 0:
+                    os.close(fd)
+                fd, mine, error = -1, None, f"rank {rank}: {nbytes} B of memfd: {e}"
         where: list = [None] * world
+        mapped: list = []
         try:
             dist.all_gather_object(where, (_machine(), os.getpid(), fd, name, error))
             failed = [w[4] for w in where if w[4]]
             if failed:
-                raise RuntimeError("tunedist.bench stand-in: " + "; ".join(failed))
+                raise StandinUnavailable("tunedist.bench stand-in: " + "; ".join(failed))
             if len({w[0] for w in where}) > 1:
                 # A pid names a process only on its own machine and in its own pid namespace.
-                raise RuntimeError("tunedist.bench stand-in: the ranks are not on one host (their boot ids, pid "
-                                   "namespaces or TUNEDIST_HOST_ID differ); it measures shared memory between the "
-                                   "ranks of one host")
-            mapped, errors = [], []
+                raise StandinUnavailable("tunedist.bench stand-in: the ranks are not on one host (their boot ids, "
+                                         "pid namespaces or TUNEDIST_HOST_ID differ); it measures shared memory "
+                                         "between the ranks of one host")
+            errors = []
             for q, (_, pid, qfd, qname, _) in enumerate(where):
                 if q == rank:
                     mapped.append(mine)
@@ -90,16 +100,21 @@ class SharedRegions:
                         os.close(peer)
                 except OSError as e:
                     errors.append(f"rank {rank} cannot map rank {q}'s region (pid {pid}): {e}")
-            self._maps = [m for m in mapped if m is not None]
             flags = [None] * world
             dist.all_gather_object(flags, "; ".join(errors))
             refused = [f for f in flags if f]
             if refused:
-                raise RuntimeError("tunedist.bench stand-in: " + "; ".join(refused) + " (the ranks must run as one "
-                                   "user with ptrace read access to each other)")
+                raise StandinUnavailable("tunedist.bench stand-in: " + "; ".join(refused) + " (the ranks must run "
+                                         "as one user with ptrace read access to each other)")
+        except BaseException:
+            for m in mapped:
+                if m is not None:
+                    m.close()
+            raise
         finally:
             if fd >= 0:
                 os.close(fd)  # the mapping keeps the memory; peers opened it before the gather above
+        self._maps = mapped
         self.regions = [torch.frombuffer(m, dtype=torch.uint8) for m in self._maps]
 
     def close(self) -> None:
@@ -135,22 +150,41 @@ def _copiers() -> dict:
 HEADER_BYTES = 64
 # A barrier that waits this long names the ranks it waits for and fails (a peer died or stopped calling).
 BARRIER_TIMEOUT_S = 120.0
+# The barrier's plain store and loads order the copies around them only where stores are not reordered with other
+# stores nor loads with other loads (x86's TSO; the streaming copy ends with an sfence).
+ORDERED_MACHINES = ("x86_64", "amd64", "i386", "i686")
+# check() fills and compares this many elements at a time, so its temporaries stay small at any size.
+CHECK_CHUNK = 1 << 20
+# The check's values repeat with a prime period under the largest integer the dtype holds exactly (bf16 256,
+# float16 2048), so that a part moved by anything but a multiple of it shows.
+PERIODS = {torch.bfloat16: 251, torch.float16: 2039}
+DEFAULT_PERIOD = 65521
 
 
 class AllreduceStandin:
-    """The design above for `count` elements of `dtype` on every rank of the default group (collective)."""
+    """The design above for `count` elements of `dtype` on every rank of the default group (collective). Raises
+    StandinUnavailable on every rank where it cannot run."""
 
     def __init__(self, count: int, dtype: torch.dtype):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.dtype = dtype
         itemsize = torch.empty(0, dtype=dtype).element_size()
-        self.x = torch.zeros(count, dtype=dtype)
+        error = ""
+        if platform.machine().lower() not in ORDERED_MACHINES:
+            error = f"rank {self.rank}: its barrier relies on x86's store order, and this is {platform.machine()}"
+        self.x = None
+        if not error:
+            try:
+                self.x = torch.zeros(count, dtype=dtype)
+            except RuntimeError as e:  # out of memory: said through the first gather, so every rank stops there
+                error = f"rank {self.rank}: its input of {count} elements: {e}"
         base, extra = divmod(count, self.world)
         sizes = [base + (q < extra) for q in range(self.world)]
         self.bounds = [(sum(sizes[:q]), sizes[q]) for q in range(self.world)]
         biggest = max(sizes)
-        # Each region: header, S (count elements), T (the largest part), each part 64-byte aligned.
+        # Each region: header, S (count elements), T (the largest part); S and T start on 64-byte boundaries.
         t_offset = HEADER_BYTES + -(-count * itemsize // 64) * 64
-        self._shared = SharedRegions(t_offset + biggest * itemsize)
+        self._shared = SharedRegions(t_offset + biggest * itemsize, error)
         regions = self._shared.regions
         self.flags = [r[:8].view(torch.int64) for r in regions]
         self.s = [r[HEADER_BYTES:HEADER_BYTES + count * itemsize].view(dtype) for r in regions]
@@ -194,36 +228,51 @@ class AllreduceStandin:
             if q != p:
                 copy(self._part(self.x, q), self.t[q][:self.bounds[q][1]])  # 6.
 
+    def _expected(self, start: int, end: int):
+        """Elements [start, end) of the result: (i % period) + 1, exact in the dtype."""
+        period = PERIODS.get(self.dtype, DEFAULT_PERIOD)
+        i = torch.arange(start, end, dtype=torch.int64)
+        return i, (i % period + 1).to(self.dtype)
+
     def check(self) -> int:
-        """One call per copier; returns the elements that came out wrong, summed over ranks. Element i comes from one
-        rank only, r = -(i // 17) mod P, with the value i % 17 + 1 (the others hold 0 there), so the sum is exact in
-        every dtype at any world size, and a part that lands in the wrong place, or not at all, shows."""
+        """One call per copier; returns the elements that came out wrong, summed over ranks. Element i comes from rank
+        i % P alone (the others hold 0 there), so every part of P or more elements holds every rank's data, the sum
+        is exact in every dtype at any world size, and a part that lands in the wrong place, or not at all, shows
+        (unless moved by a multiple of the values' period, PERIODS)."""
         wrong = 0
-        i = torch.arange(self.x.numel())
-        want = (i % 17 + 1).to(self.x.dtype)
-        mine = torch.where((i // 17 + self.rank) % self.world == 0, want, torch.zeros_like(want))
+        n = self.x.numel()
         for copy in _copiers().values():
-            self.x.copy_(mine)
+            for start in range(0, n, CHECK_CHUNK):
+                i, want = self._expected(start, min(n, start + CHECK_CHUNK))
+                self.x[start:start + len(i)] = torch.where(i % self.world == self.rank, want, torch.zeros_like(want))
             self.call(copy)
-            wrong += int((self.x != want).sum())
+            for start in range(0, n, CHECK_CHUNK):
+                _, want = self._expected(start, min(n, start + CHECK_CHUNK))
+                wrong += int((self.x[start:start + len(want)] != want).sum())
         self.x.zero_()  # timed calls sum zeros: the values never grow
         t = torch.tensor([wrong], dtype=torch.int64)
         dist.all_reduce(t)
         return int(t.item())
 
-    def time_us(self, reps: int = 3) -> dict:
-        """Per copier, the median µs of `reps` calls (a barrier before each), averaged over ranks; "best": the
-        faster copier's."""
-        out = {}
-        for name, copy in _copiers().items():
+    def time_us(self, reps: int = 3, over_ranks=None) -> dict:
+        """Per copier, the median µs of `reps` calls (a barrier before each), combined over ranks by `over_ranks`
+        (a function of this rank's list of values that returns the group's; default: the mean); "best": the faster
+        copier's."""
+        medians = []
+        for copy in _copiers().values():
             runs = []
             for _ in range(reps):
                 dist.barrier()
                 t0 = time.perf_counter()
                 self.call(copy)
                 runs.append(time.perf_counter() - t0)
-            t = torch.tensor([statistics.median(runs) * 1e6], dtype=torch.float64)
+            medians.append(statistics.median(runs) * 1e6)
+        if over_ranks is None:
+            t = torch.tensor(medians, dtype=torch.float64)
             dist.all_reduce(t)
-            out[name] = t.item() / self.world
-        out["best"] = min(out.values())
+            combined = (t / self.world).tolist()
+        else:
+            combined = over_ranks(medians)
+        out = dict(zip(_copiers(), combined))
+        out["best"] = min(combined)
         return out

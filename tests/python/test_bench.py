@@ -118,7 +118,11 @@ def test_bench_probes_memcpy_beside_every_round_of_the_bound_point(bench_run):
             assert b[name]["ratio_median"] == pytest.approx(statistics.median(want))
             assert b[name]["ratio_min"] == pytest.approx(min(want)) and b[name]["ratio_max"] == pytest.approx(max(want))
         assert f"# bound beside each round at {64 << 10} B, {backend}:" in text
-        # The stand-in (tunedist.bench_standin) took a turn in every round too: its time over the round's.
+        # The stand-in (tunedist.bench_standin) took a turn in every round too: its time over the round's. Where the
+        # ranks cannot map each other's memory (a host that denies ptrace read access) a note says why instead.
+        if "standin_us_rounds" not in r:
+            assert any("stand-in not measured" in n for n in data["notes"]), data["notes"]
+            continue
         standin = r["standin_us_rounds"]
         assert len(standin) == ROUNDS and all(s["best"] == min(s["torch copy"], s["streaming copy"]) > 0
                                               for s in standin)
@@ -126,7 +130,6 @@ def test_bench_probes_memcpy_beside_every_round_of_the_bound_point(bench_run):
         assert b["standin"]["ratio_rounds"] == pytest.approx(want)
         assert b["standin"]["ratio_median"] == pytest.approx(statistics.median(want))
         assert f"# stand-in beside each round at {64 << 10} B, {backend}:" in text
-    assert data["notes"] == []  # the stand-in ran: nothing to say
 
 
 def test_bench_summary_is_the_ratio_per_interleaved_round(bench_run):
