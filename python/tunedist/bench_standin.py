@@ -17,10 +17,10 @@ One call on rank p of P, N elements, its input X (private memory) cut into P par
   6. for every peer q: X[part q] <- T_q                    (their reduced parts)
 The next call's step 1 rewrites S_p only after barrier 5 (every peer finished step 3), its step 4 rewrites T_p only
 after barrier 2 (every peer finished step 6). A barrier is a counter per rank in the shared regions (a plain store;
-the copies before it end with an sfence or with cached stores, which x86 keeps in order), polled with a yield between
-reads: microseconds against the milliseconds of a large call, and no control-group message. Copies run either with
-torch's copy (cached stores) or with the engine's streaming copy (tunedist._C.copy_gbps), and each measurement keeps
-the faster, as the floors of benchmarks/bench_ab_builds.py do.
+the copies before it end with an sfence or with cached stores, which x86 keeps in order; other machines get no
+stand-in), polled with a yield between reads: microseconds against the milliseconds of a large call, and no
+control-group message. Copies run either with torch's copy (cached stores) or with the engine's streaming copy
+(tunedist._C.copy_gbps), and each measurement keeps the faster, as the floors of benchmarks/bench_ab_builds.py do.
 
 The shared regions have no name in any file system: each rank makes an anonymous memfd (os.memfd_create) and its
 peers open it through /proc/<pid>/fd/<fd>, which needs the ptrace read access that ranks of one user have over each
