@@ -258,8 +258,9 @@ class AllreduceStandin:
         """Per copier, the median µs of `reps` calls (a barrier before each), combined over ranks by `over_ranks`
         (a function of this rank's list of values that returns the group's; default: the mean); "best": the faster
         copier's."""
+        copiers = _copiers()
         medians = []
-        for copy in _copiers().values():
+        for copy in copiers.values():
             runs = []
             for _ in range(reps):
                 dist.barrier()
@@ -273,6 +274,6 @@ class AllreduceStandin:
             combined = (t / self.world).tolist()
         else:
             combined = over_ranks(medians)
-        out = dict(zip(_copiers(), combined))
+        out = dict(zip(copiers, combined))
         out["best"] = min(combined)
         return out
