@@ -45,16 +45,17 @@ struct ShmOptions {
   size_t oneShotMaxBytes = kDefaultOneShotMaxBytes;
   // The same limit for bf16 and fp16, which are reduced through float32 (convert, add, round back). The one-shot
   // algorithm has every rank do that for all N elements, the two-shot one for N/P, so it stops paying off at a
-  // smaller size: measured on 2 ranks (docs/records/issue14/s11/oneshot_ab/), bf16 at 128 KiB took 0.99-1.22x
-  // DeepSpeed's time one-shot and 0.80-0.89x two-shot, at 256 KiB 1.27-1.30x and 0.99x; float32 was the same either
-  // way at 256 KiB.
+  // smaller size: measured on 2 ranks of a 2-vCPU Intel Xeon with AVX-512
+  // (docs/performance.md#all-reduce-against-deepspeed-and-gloo), bf16 at 128 KiB took 0.99-1.22x DeepSpeed's time
+  // one-shot and 0.80-0.89x two-shot, at 256 KiB 1.27-1.30x and 0.99x; float32 was the same either way at 256 KiB.
   size_t halfOneShotMaxBytes = kDefaultHalfOneShotMaxBytes;
   // Bytes of each ordered pair's send/recv ring.
   size_t p2pChannelBytes = kDefaultP2pChannelBytes;
   // Operations that receive at most this many bytes on a rank copy them out of the peers' slots with plain stores,
   // which leave the result in this core's cache; larger ones with streaming stores (copyBytes), which skip the
-  // read-for-ownership but send everything to memory. Measured: docs/records/issue14/s13/copyout/
-  // (stream_vs_default.txt: cached made all_gather 1.1-1.4x and broadcast 1.2-1.6x faster at 64 KiB-1 MiB).
+  // read-for-ownership but send everything to memory. Measured on 2 ranks of a 2-vCPU Intel Xeon with AVX-512
+  // (docs/performance.md#store-placement-cached-or-streaming): cached made all_gather 1.1-1.4x and broadcast
+  // 1.2-1.6x faster at 64 KiB-1 MiB.
   size_t cachedCopyMaxBytes = kDefaultCachedCopyMaxBytes;
   // Copies into our own slot: cached or streaming stores, chosen per group from their measured cost (kAuto), or
   // forced (TUNEDIST_SLOT_STORES=auto|per-copy|cached|streaming). See shm/copy_in.h and shm/round_stores.h.
@@ -63,10 +64,11 @@ struct ShmOptions {
   // =cached still forces cached ones). Only the readers read that slot, and a line they must snoop out of the root's
   // cache, where a cached copy of a chunk this small stays, costs them more than one from memory; from about the
   // size of a core's L2 the cached copy's lines have left for the shared cache and it is the faster one. Measured on
-  // 2 ranks, both ways in one job (docs/records/issue14/s19/broadcast/): streaming / cached time 0.92-0.93 at 16 KiB,
-  // 0.68-0.69 at 64 KiB, 0.68-0.75 at 256 KiB, 0.97-1.17 at 512 KiB, 1.92-1.95 at 1 MiB. Under kAuto a broadcast
-  // of 8 KiB up to one slot only starts that way: the group's RoundStoreChooser probes both (in another phase of
-  // the same host cached was the faster at 64 KiB, 0.73x: docs/records/issue14/s20/settings/final_2.txt).
+  // 2 ranks of a 2-vCPU AMD EPYC (Zen 4), both ways in one job
+  // (docs/performance.md#store-placement-cached-or-streaming): streaming / cached time 0.92-0.93 at 16 KiB, 0.68-0.69
+  // at 64 KiB, 0.68-0.75 at 256 KiB, 0.97-1.17 at 512 KiB, 1.92-1.95 at 1 MiB. Under kAuto a broadcast of 8 KiB up to
+  // one slot only starts that way: the group's RoundStoreChooser probes both (in another phase of the same host cached
+  // was the faster at 64 KiB, 0.73x).
   size_t broadcastStreamBelowBytes = kDefaultBroadcastStreamBelowBytes;
   // An all_gather chunk of at least this many bytes is copied into our slot and our own output block in one pass
   // over the input (shm/allgather.cpp) instead of two copies; SIZE_MAX keeps the two
@@ -79,9 +81,9 @@ struct ShmOptions {
   size_t ownCachedCopyMaxBytes = kDefaultCachedCopyMaxBytes;
   // cachedCopyMaxBytes for the readers of a broadcast, whose only work is that copy, counted over all of them (they
   // share the last-level cache): plain stores leave the output in the shared cache, streaming ones send it to memory,
-  // and up to about half a 32 MiB L3 the plain copy wins. Measured on 2 ranks, one job
-  // (docs/records/issue14/s19/broadcast_copyout/): plain / streaming time 0.55-0.62 at 3-8 MiB, 0.85-0.94 at
-  // 12-16 MiB, 0.86-0.96 at 24-32 MiB, 0.98-1.10 at 48-64 MiB; 4 ranks on 2 cores, per-reader bytes: 16 MiB 1.08.
+  // and up to about half a 32 MiB L3 the plain copy wins. Measured on 2 ranks of a 2-vCPU AMD EPYC (Zen 4), one job
+  // (docs/performance.md#store-placement-cached-or-streaming): plain / streaming time 0.55-0.62 at 3-8 MiB, 0.85-0.94
+  // at 12-16 MiB, 0.86-0.96 at 24-32 MiB, 0.98-1.10 at 48-64 MiB; 4 ranks on 2 cores, per-reader bytes: 16 MiB 1.08.
   size_t broadcastCachedCopyMaxBytes = kDefaultBroadcastCachedCopyMaxBytes;
   // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
   int spinIters = kDefaultSpinIters;
@@ -115,16 +117,16 @@ struct ShmOptions {
   void validate() const;
   // The zero-copy threshold of a group with `ranksOnHost` ranks here: symmetricMinBytes when set, else
   // kDefaultSymmetricMinBytes (256 KiB) when those ranks fit the CPUs this process may run on, and
-  // kOversubscribedSymmetricMinBytes (2 MiB) when they do not. Measured on 2 cores (docs/records/issue15/): at 2
-  // ranks zero-copy wins from 256 KiB; at 3 and 4 ranks, where every synchronisation may wait for a rank to be
-  // scheduled, it takes up to 1.9x the copying time at 256-512 KiB, 0.7-1.2x at 1 MiB, and 0.55-0.89x for every op
-  // from 2 MiB.
+  // kOversubscribedSymmetricMinBytes (2 MiB) when they do not. Measured on a 2-vCPU AMD EPYC
+  // (docs/performance.md#symmetric-buffers): at 2 ranks zero-copy wins from 256 KiB; at 3 and 4 ranks, where every
+  // synchronisation may wait for a rank to be scheduled, it takes up to 1.9x the copying time at 256-512 KiB,
+  // 0.7-1.2x at 1 MiB, and 0.55-0.89x for every op from 2 MiB.
   size_t symmetricMinBytesFor(int ranksOnHost) const;
   // The same for broadcast: symmetricMinBytes when set, else at least kDefaultSymmetricBroadcastMinBytes (16 MiB).
   // Measured on 2 ranks with the root's buffer written just before each call, as when a rank broadcasts what it
-  // just computed (docs/records/issue14/s13/sym_broadcast/, 3 runs): the zero-copy broadcast, where the peer reads
-  // that buffer out of the root's cache, took 1.28-1.69x the copying one's time at 256 KiB-4 MiB, and 0.84-1.27x at
-  // 16 MiB. With a buffer written long before it was up to 1.4x faster (s13/copyout/default_vs_symmetric.txt).
+  // just computed (a 2-vCPU Intel Xeon with AVX-512, 3 runs; docs/performance.md#symmetric-buffers): the zero-copy
+  // broadcast, where the peer reads that buffer out of the root's cache, took 1.28-1.69x the copying one's time at
+  // 256 KiB-4 MiB, and 0.84-1.27x at 16 MiB. With a buffer written long before it was up to 1.4x faster.
   size_t symmetricBroadcastMinBytesFor(int ranksOnHost) const;
   // The largest all_reduce of `dtype` that runs one-shot: oneShotMaxBytes, for bf16/fp16 at most
   // halfOneShotMaxBytes, never more than one slot.
@@ -143,9 +145,10 @@ struct CrossHostOptions {
   // The chunk of an all-reduce of `bytes`: chunkBytes when set, else bytes / kTargetChunks within [kMinChunkBytes,
   // kMaxChunkBytes]. A call of one chunk runs its phases one after another and leaves the link idle during the
   // shared-memory ones; a few chunks let gloo carry one while shared memory works on the next. Measured at 2 x 2
-  // ranks over a 1 Gbit/s link (docs/records/netns_bench/): under other jobs' load a 4 MiB call held 0.79 of the
+  // ranks over a 1 Gbit/s link, the hosts network namespaces on a 2-vCPU AMD EPYC
+  // (docs/performance.md#several-hosts-over-a-shaped-link): under other jobs' load a 4 MiB call held 0.79 of the
   // line rate with 8 MiB chunks and 0.95 with 1 MiB chunks (one run); on a quiet host both chunkings held 0.91-1.02
-  // at 4-16 MiB (s11/, s11_chunk8m/), and 64 MiB 0.98-1.01 either way.
+  // at 4-16 MiB, and 64 MiB 0.98-1.01 either way.
   size_t chunkBytesFor(size_t bytes) const;
 
   static CrossHostOptions fromEnv();

@@ -53,17 +53,17 @@ bool rangesOverlap(const void* a, const void* b, size_t bytes);
 void copyBytes(void* dst, const void* src, size_t bytes);
 
 // Plain memcpy, which leaves dst in cache. The collectives use it to copy into their own slot, which peers read
-// right away: end to end (tunedist.bench, 2 ranks, this VM) it made all_reduce 256 KiB 1.2-1.4x faster than the
-// streaming copy (whose stores go to memory, where the peer then reads them), all_gather and reduce_scatter
-// 1.3-2x from 64 KiB to 4 MiB; the isolated copy-then-read figures in reduce_impl.h had suggested the opposite.
+// right away: end to end (tunedist.bench, 2 ranks of a 2-vCPU cloud VM) it made all_reduce 256 KiB 1.2-1.4x faster than
+// the streaming copy (whose stores go to memory, where the peer then reads them), all_gather and reduce_scatter 1.3-2x
+// from 64 KiB to 4 MiB; the isolated copy-then-read figures in reduce_impl.h had suggested the opposite.
 void copyBytesCached(void* dst, const void* src, size_t bytes);
 
 // One pass that copies src into both `shared` (our slot, which peers read next: streaming stores from 16 KiB when
 // streamShared, as copyBytes, else cached) and `own` (our own block of an all_gather's output: streaming stores from
 // 16 KiB when streamOwn and its address agrees with a streamed `shared`'s modulo 32, else cached), loading each line
-// once. An out-of-place all_gather reads its input for both anyway; measured against the two copies
-// (docs/records/issue14/s21/dual_store_copy.txt, mixed.txt): cached 0.57-0.86 of their time, streaming to the slot
-// 0.61-0.72 (0.53-0.65 in an unloaded run). The three ranges must not overlap.
+// once. An out-of-place all_gather reads its input for both anyway; measured against the two copies (one process
+// on a 2-vCPU AMD EPYC, AVX2, best of 7; docs/performance.md#store-placement-cached-or-streaming): cached 0.57-0.86 of
+// their time, streaming to the slot 0.61-0.72 (0.53-0.65 in an unloaded run). The three ranges must not overlap.
 void copyBytesTwice(void* shared, void* own, const void* src, size_t bytes, bool streamShared, bool streamOwn);
 
 }  // namespace tunedist::shm

@@ -199,8 +199,8 @@ __attribute__((noinline)) void lastStep(typename Codec::Storage* __restrict out,
 // ---- SUM of float32, bf16 and fp16 in one pass, the accumulator in registers (AVX-512 and AVX2 levels). ----
 // The blocked kernel above stores the accumulator to L1 and loads it back once per source, and converts half
 // types in separate passes; for SUM of these three types (what all_reduce and reduce_scatter mostly carry) that
-// traffic, not memory, bounded it: 2 sources, data in L2, 256 KiB, AVX-512 on this VM: float32 17 us, bf16 50 us,
-// fp16 50 us, in one pass 10-13, 24-34, 12-27 us (docs/records/issue14/s12/kernels/). The arithmetic is the blocked
+// traffic, not memory, bounded it: 2 sources, data in L2, 256 KiB, AVX-512 on a 2-vCPU Intel Xeon (Sapphire Rapids):
+// float32 17 us, bf16 50 us, fp16 50 us, in one pass 10-13, 24-34, 12-27 us. The arithmetic is the blocked
 // kernel's exactly (widen each term, add left to right in float, round once with the same rounding), so results are
 // bit-identical to every other level.
 // GCC 12 warns (-Wmaybe-uninitialized) inside avx512fintrin.h on the _mm512_undefined_* operand of many unmasked
@@ -241,7 +241,7 @@ struct Float32Lanes : FloatRegister {
 // (unpack: words 0-3 of every 128-bit lane into `lo`, 4-7 into `hi`), and one packus after rounding puts every word
 // back in its place. The elements sit in the registers in another order, the same for every source, and the
 // arithmetic on each is unchanged; against one register with a lane-crossing widen (vpmovzxwd + shift) and narrow
-// (vpmovdw), 2 sources at 16 KiB took 1.19 us, now 0.78 (docs/records/issue14/s19/bf16_kernel/).
+// (vpmovdw), 2 sources at 16 KiB took 1.19 us, with this one 0.78 (AVX-512 level, a 2-vCPU AMD EPYC, Zen 4).
 struct BFloat16Lanes {
   struct Vec {
     __m512 lo, hi;
@@ -444,7 +444,7 @@ inline void streamCopy(void* dst, const void* src, size_t bytes) {
 }
 #endif
 
-// Measured on the dev VM (2 vCPUs of an AMD EPYC, Zen 3, AVX2, 32 MiB L3; /tmp copy-then-read benchmark, one core
+// Measured on a 2-vCPU AMD EPYC (Zen 3, AVX2, 32 MiB L3; /tmp copy-then-read benchmark, one core
 // copies a chunk into one of 4 slots, the other core then reads it, variants interleaved per iteration, GB/s =
 // bytes / mean time of copy + read; the host moves the two vCPUs between near (~90 ns one-way) and far
 // (~250-380 ns) core pairs every few hundred ms, and the means include both):

@@ -12,11 +12,10 @@ namespace tunedist::shm {
 //   2. publish; copy our own chunk straight from the input into our output block unless step 1 did; wait for all;
 //   3. copy each peer's chunk into its output block (gather: on the root only).
 // Copying our own block in step 2 fills the time a rank would otherwise spin waiting for a slower peer; when ranks
-// are in step nobody waits, and the one pass of step 1 costs less than the two copies (measured in
-// docs/records/issue14/s21/). An input
-// that partially overlaps its own output block instead has that block copied after the last round (the backend
-// clones an input that overlaps a peer's block: ops::unaliasedSource); one that is exactly its block (FSDP2's in-place
-// all-gather) needs no copy.
+// are in step nobody waits, and the one pass of step 1 costs less than the two copies (kernels/reduce.h,
+// copyBytesTwice). An input that partially overlaps its own output block instead has that block copied after the last
+// round (the backend clones an input that overlaps a peer's block: ops::unaliasedSource); one that is exactly its block
+// (FSDP2's in-place all-gather) needs no copy.
 void ShmComm::allgather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs) {
   gatherTo(ctx, in, bytes, outs, -1);
 }

@@ -8,7 +8,8 @@
 // (non-temporal) stores skip it: they write to memory and invalidate the peer's copy without waiting for it, and the
 // peer reads the data from memory (~2 us per 16 KiB). Where the cores are close, streaming is the slower of the two
 // (the peer's read from memory costs more than the ownership transfer saves). Measured with a two-process model of
-// the hand-off (docs/records/issue14/s18/handoff.cpp, Zen 4 VM, p50 us per 16 KiB / 64 KiB / 256 KiB one-shot):
+// the hand-off (a 2-vCPU AMD EPYC, Zen 4; p50 us per 16 KiB / 64 KiB / 256 KiB one-shot;
+// docs/performance.md#store-placement-cached-or-streaming):
 //   host in its fast phase: cached 2.6 / 10.0 / 24.3, streaming 3.2 / 10.8 / 46.0 (copy-in 7-9 ns per line);
 //   host in its slow phase: cached 11.0 / 43.5 / 156, streaming 3.1 / 9.5 / 32.9 (copy-in 27-36 ns per line).
 // Inside real calls (torchrun, 2 ranks, 16 KiB) the fast phase's cached copy-in took 2.5-6.5 ns per line.
@@ -22,7 +23,7 @@
 //
 // Why not time every cached copy: a timed copy must be the slot's copy alone, so all_gather cannot fuse it with its own
 // output block (copyTwice), and at 16 MiB, where copies stay cached, that kept every round unfused: 0.84 of the time
-// with every round fused, 0.97 apart (docs/records/issue14/s22/). One in kTimeEvery still sees a slowdown within
+// with every round fused, 0.97 apart (a 2-vCPU AMD EPYC, AVX2). One in kTimeEvery still sees a slowdown within
 // a few dozen copies (three samples carry the average from 5 to 19 ns per line).
 //
 // Under kAuto every collective of 8 KiB or more now chooses instead from the whole operation's cost

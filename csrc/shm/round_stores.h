@@ -1,16 +1,16 @@
 // RoundStoreChooser: slot stores for every collective (all_reduce one-shot and two-shot, all_gather, reduce_scatter,
 // broadcast, reduce, gather, scatter, all_to_all), of one round or of many, chosen from what the whole operation costs
-// rather than from the writer's copy alone. (Until session 24 only operations of a single round were chosen this way;
-// the others kept the per-copy chooser, and on 2 ranks of an AVX2 EPYC VM, in the jobs where the vCPUs sat far apart,
-// that kept them cached at 1.6-3x the streaming time at 1-64 MiB, while the writer's copy never looked slow enough to
-// switch: docs/records/issue14/s24/.)
+// rather than from the writer's copy alone. The writer's copy alone is the wrong measure for operations of many
+// rounds: on 2 ranks of a 2-vCPU AMD EPYC (AVX2), in the jobs where the vCPUs sat far apart, a per-copy chooser kept
+// them cached at 1.6-3x the streaming time at 1-64 MiB, while the writer's copy never looked slow enough to switch
+// (docs/performance.md#store-placement-cached-or-streaming).
 //
 // SlotStoreChooser (copy_in.h) times only the copy into our slot. What streaming stores also change is how the peers
-// read those bytes: from memory instead of out of our cache. In a broadcast that alone decided (s19/broadcast/), and
-// for the single-round operations the writer's copy was the wrong measure too: on 2 ranks of a Zen 4 VM, streaming
-// took 0.72-0.93 of the auto mode's time for a one-shot all_reduce of 32-128 KiB in one sitting
-// (docs/records/issue14/s19/tried.txt), 0.80-0.86 for reduce_scatter of 64-256 KiB in another
-// (docs/records/issue14/s20/), while in a third cached stores were as fast or 1.5x faster.
+// read those bytes: from memory instead of out of our cache. In a broadcast that alone decided
+// (ShmOptions::broadcastStreamBelowBytes), and for the single-round operations the writer's copy was the wrong
+// measure too: on 2 ranks of a 2-vCPU AMD EPYC (Zen 4), streaming took 0.72-0.93 of the per-copy chooser's time for a
+// one-shot all_reduce of 32-128 KiB in one sitting, 0.80-0.86 for reduce_scatter of 64-256 KiB in another, while in
+// a third cached stores were as fast or 1.5x faster (docs/performance.md#store-placement-cached-or-streaming).
 //
 // So each rank times its own work in the operation (its copies and its reduction: the time outside waitAll, which
 // would add the peers' skew) per byte, in both modes. The probes are a fixed function of how many operations of the
@@ -25,16 +25,16 @@
 // operations (the slots' pages fault in), then a probe window of kProbeBlocks blocks of kBlockOps operations
 // (cached, streaming, streaming, cached: a linear drift of the host hits both modes alike), the first kSettleOps of
 // each block untimed (each of the two slot buffers meets the new mode once: the first cached write after a
-// streaming one must take its lines back from the peer, s18). The operation after the window closes it; the one
-// after that decides: the mode whose slowest rank has the lower median cost per byte is kept (back to back, an
+// streaming one must take its lines back from the peer: shm/copy_in.h). The operation after the window closes it; the
+// one after that decides: the mode whose slowest rank has the lower median cost per byte is kept (back to back, an
 // operation starts no sooner than its busiest rank ends the previous one; a broadcast's root and readers do different
-// work, and on 2 ranks of the Zen 4 VM at 64 KiB the root took 0.115 / 0.051 ns per byte cached / streaming and the
+// work, and on 2 ranks of the Zen 4 EPYC at 64 KiB the root took 0.115 / 0.051 ns per byte cached / streaming and the
 // reader 0.032 / 0.086: equal sums, while streaming ran the loop 1.35x faster), unless it is the other one by
 // less than kSwitchMargin (no flapping on noise). Windows start at fixed operation counts: kFirstGap operations
 // after the previous one, the gap doubling up to kMaxGap.
 //
 // Between windows the host can change under a job (its two processes moved nearer or further apart: seen within a
-// 20-second job in session 24), and at up to 1024 operations apart a 64 MiB all_reduce would wait 10-20 s in the
+// 20-second job on a 2-vCPU AMD EPYC), and at up to 1024 operations apart a 64 MiB all_reduce would wait 10-20 s in the
 // wrong mode at 1.7x the time. So each rank also times its operations of at least kDriftMinBytes between windows, and
 // when the median of kDriftOps in a row costs more than kDriftFactor x its own last window median of the kept mode,
 // it asks for a window (probeWanted). The ask travels in that rank's descriptor of its next operation of the class,

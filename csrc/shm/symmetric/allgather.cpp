@@ -10,9 +10,9 @@ namespace tunedist::shm {
 namespace {
 // From here up, the own block is streamed to memory (no read-for-ownership of the destination): a block this large
 // leaves the core's cache before anybody reads it. Below it, the cached copy (memmove) is faster for the caller's
-// next read. 2 ranks, out of place (docs/records/issue15/s10, 3 runs each): streaming took the 64 MiB all_gather
-// from 0.68-0.75 to 0.64-0.69 of the copying path's time; streaming at 1 MiB too was slower (0.64-0.70 against
-// 0.47-0.52).
+// next read. 2 ranks of a 2-vCPU Intel Xeon with AVX-512, out of place (3 runs each;
+// docs/performance.md#symmetric-buffers): streaming took the 64 MiB all_gather from 0.68-0.75 to 0.64-0.69 of the
+// copying path's time; streaming at 1 MiB too was slower (0.64-0.70 against 0.47-0.52).
 constexpr size_t kStreamOwnBlockBytes = size_t{4} << 20;
 // The input goes to every destination 64 KiB at a time, so it is read from memory once and from cache for the
 // other destinations: 64 MiB out of place went from 0.64-0.69 to 0.51-0.54 of the copying path's time (3 runs each).
