@@ -15,10 +15,6 @@
 #include "core/store_keys.h"
 #include "core/sync.h"
 
-#ifndef TUNEDIST_BUILD_ID
-#define TUNEDIST_BUILD_ID 0ULL
-#endif
-
 namespace tunedist::shm {
 namespace {
 

@@ -7,10 +7,6 @@
 #include "core/error.h"
 #include "core/sync.h"
 
-#ifndef TUNEDIST_BUILD_ID
-#define TUNEDIST_BUILD_ID 0ULL
-#endif
-
 namespace tunedist::shm {
 
 std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, const char* shmDir,
