@@ -23,8 +23,6 @@ constexpr const char* kSegmentKey = keys::kShmSegment;
 // leaves its reason, so peers still attaching fail with it instead of waiting for the timeout.
 constexpr const char* kAbortKey = keys::kShmAbort;
 constexpr auto kAttachPoll = std::chrono::milliseconds(10);
-constexpr uint32_t kAbortWriting = 1;
-constexpr uint32_t kAbortSet = 2;
 
 std::chrono::milliseconds remaining(const OpContext& ctx) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());

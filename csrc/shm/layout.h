@@ -48,6 +48,10 @@ struct OpDesc {
 };
 static_assert(sizeof(OpDesc) == 56, "OpDesc layout changed: bump kProtocolVersion");
 
+// SegmentHeader::abortFlag: the aborting rank is writing the reason / the reason is complete.
+constexpr uint32_t kAbortWriting = 1;
+constexpr uint32_t kAbortSet = 2;
+
 struct alignas(kCacheLine) SegmentHeader {
   uint64_t magic;
   uint64_t buildId;
@@ -60,7 +64,8 @@ struct alignas(kCacheLine) SegmentHeader {
   // Futex word bumped by a publisher when somebody sleeps; `sleepers` counts them (see sync.h).
   alignas(kCacheLine) std::atomic<uint32_t> bell;
   std::atomic<uint32_t> sleepers;
-  // Set once by the first rank that fails; every waiter checks it, so one failure reaches all ranks.
+  // Set once by the first rank that fails; every waiter checks it, so one failure reaches all ranks. 0, then
+  // kAbortWriting while that rank fills in the fields below, then kAbortSet.
   alignas(kCacheLine) std::atomic<uint32_t> abortFlag;
   int32_t abortRank;
   int32_t abortKind;  // a FailureKind (error.h): peers throw the same exception type as the aborting rank
