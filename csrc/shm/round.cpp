@@ -117,7 +117,7 @@ void ShmComm::waitUntilAll(const OpContext& ctx, uint64_t step) {
 }
 
 void ShmComm::checkPeers(const OpContext& ctx, uint64_t step, const std::vector<int>& waitingFor) {
-  if (header_->abortFlag.load(std::memory_order_acquire) == 2) {
+  if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
     // A peer may have failed in a later operation after the ranks we wait for published (we read their steps
     // before the flag): this operation can still complete, and the next wait for that peer fails.
     for (int p : waitingFor) {
