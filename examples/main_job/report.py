@@ -124,9 +124,10 @@ def _notes(record: dict) -> list:
             notes.append(f"DeepSpeed {ds['version']}: its shm kernel ran {ds['kernel_calls']} times, its fallback "
                          f"(dist.all_reduce) {ds['fallback_calls']} times in a 2-token check")
         else:
-            notes.append(f"DeepSpeed not measured ({ds['reason']}); to add it: pip install deepspeed with torch held "
-                         "(pip install -c <(echo torch==$(python -c 'import torch;print(torch.__version__)')) "
-                         "deepspeed), then rerun; it runs with DS_ACCELERATOR=cpu, set by the job")
+            torch_version = record["torch"].split("+")[0]
+            notes.append(f"DeepSpeed not measured ({ds['reason']}); to add it, install it with torch held at "
+                         f"{torch_version} (echo torch=={torch_version} > c.txt; pip install -c c.txt deepspeed) and "
+                         "rerun: the job sets DS_ACCELERATOR=cpu, and DeepSpeed's first run builds its shm op")
     return notes
 
 

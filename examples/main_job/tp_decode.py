@@ -20,6 +20,8 @@ of two fp32 values is exact in any order, so they must agree bit for bit).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
 
 import torch
@@ -99,6 +101,11 @@ def no_communication(t: torch.Tensor) -> None:
     pass
 
 
+def _contenders():
+    """The bench's DeepSpeed helpers: how it sets DeepSpeed up on CPU, and what DeepSpeed's API called."""
+    return importlib.import_module("tunedist.bench_contenders")
+
+
 def contenders(args, gloo_group, log) -> tuple[dict, dict]:
     """{name: all_reduce function} and what stands in DeepSpeed's way (or its facts)."""
     out = {GLOO: lambda t: dist.all_reduce(t, group=gloo_group),
@@ -108,18 +115,17 @@ def contenders(args, gloo_group, log) -> tuple[dict, dict]:
     if args.deepspeed == "off":
         ds["reason"] = "--deepspeed off"
         return out, ds
-    try:
-        from tunedist.bench_contenders import deepspeed_init, deepspeed_problem
-    except ImportError:
-        from tunedist.bench.contenders import deepspeed_init, deepspeed_problem
-    problem = deepspeed_problem("cpu")  # sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset, then imports DeepSpeed
+    if importlib.util.find_spec("deepspeed") is None:
+        problem = "DeepSpeed is not installed"
+    else:
+        problem = _contenders().deepspeed_problem("cpu")  # sets DS_ACCELERATOR=cpu and LOCAL_SIZE, imports it
     if not everywhere(problem is None, gloo_group):
         ds["reason"] = problem or "DeepSpeed is unavailable on another rank"
         if args.deepspeed == "on":
             raise RuntimeError(f"tp_decode: --deepspeed on, but {ds['reason']}")
         return out, ds
     log("tp_decode: DeepSpeed is importable: deepspeed.init_distributed (its first run builds its shm op, minutes)")
-    dscomm, info = deepspeed_init()
+    dscomm, info = _contenders().deepspeed_init()
     ds.update(used=True, **info)
     out[DEEPSPEED] = lambda t: dscomm.inference_all_reduce(t)
     return out, ds
@@ -127,11 +133,7 @@ def contenders(args, gloo_group, log) -> tuple[dict, dict]:
 
 def deepspeed_path(fn, model, prompt) -> dict:
     """What DeepSpeed's inference_all_reduce called during a short generation: its shm kernel or its fallback."""
-    try:
-        from tunedist.bench_contenders import count_calls
-    except ImportError:
-        from tunedist.bench.contenders import count_calls
-    with count_calls() as seen:
+    with _contenders().count_calls() as seen:
         generate(model, prompt, 2, fn, None)
     return {"kernel_calls": seen.kernel, "fallback_calls": seen.c10d}
 
