@@ -1,7 +1,10 @@
 """tunedist: a tuned communication layer for PyTorch distributed training.
 
-``import tunedist`` registers the c10d backend ``tuned``: CPU tensors use shared-memory collectives among the
-ranks of a host. Pick it with ``dist.init_process_group("tuned")`` or ``"cpu:tuned,cuda:nccl"`` under torchrun.
+The c10d backend ``tuned``: CPU tensors use shared-memory collectives among the ranks of a host. Pick it with
+``dist.init_process_group("tuned")`` or ``"cpu:tuned,cuda:nccl"`` under torchrun. A script needs no ``import
+tunedist`` for that: the package declares ``tuned`` in the ``torch.distributed.backends`` entry-point group, which
+torch's c10d (2.15) reads for a backend name it does not know (``Backend._ensure_backend_registered``) and answers by
+calling :func:`register_backend`. ``import tunedist`` registers it too; either way it is registered once.
 
 In a build with NCCL support (``nccl_compiled_in()``) ``tuned`` registers for ``cpu`` and ``cuda``: plain ``"tuned"``
 then gives one backend object for both device types, and its CUDA calls go through a wrapped ProcessGroupNCCL that
@@ -20,9 +23,9 @@ import torch.distributed as dist
 from ._paths import cmake_prefix_path, include_dir
 from .symmetric import is_symmetric, symmetric_empty, symmetric_heap_stats
 
-__all__ = ["BACKEND_NAME", "cmake_prefix_path", "include_dir", "version", "simd_level", "nccl_compiled_in",
-           "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats", "all_reduce",
-           "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
+__all__ = ["BACKEND_NAME", "register_backend", "cmake_prefix_path", "include_dir", "version", "simd_level",
+           "nccl_compiled_in", "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats",
+           "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
 
 BACKEND_NAME = "tuned"
 _log = logging.getLogger("tunedist")
@@ -56,16 +59,27 @@ _C = _load_native()
 from .ops import all_gather_into_tensor, all_reduce, broadcast, reduce_scatter_tensor  # noqa: E402  (needs _C's operators)
 
 
-def _torchcomms_requested() -> bool:
-    config = getattr(dist, "config", None)
-    if config is not None and getattr(config, "use_torchcomms", False):
-        return True
-    value = os.environ.get("TORCH_DISTRIBUTED_USE_TORCHCOMMS", "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
+def _torchcomms_bypasses_plugins() -> bool:
+    """Whether this torch would build a ``tuned`` group through TorchComms instead of calling its creator.
+
+    Decided by what the installed c10d can do, not by its version: a c10d that asks TorchComms per backend name
+    (``_torchcomms_handles_backend``) sends only the names TorchComms owns there, and plugins fall through to their
+    creator; a c10d with a TorchComms switch but no such test routes every group through TorchComms once it is on
+    (``_use_torchcomms_enabled``: the switch set and the torchcomms package importable); a c10d with neither has no
+    TorchComms path at all.
+    """
+    c10d = dist.distributed_c10d
+    handles = getattr(c10d, "_torchcomms_handles_backend", None)
+    if handles is not None:
+        return bool(handles(BACKEND_NAME))
+    enabled = getattr(c10d, "_use_torchcomms_enabled", None)
+    if enabled is not None:
+        return bool(enabled())
+    return False
 
 
 def _check_torchcomms() -> None:
-    if _torchcomms_requested():
+    if _torchcomms_bypasses_plugins():
         raise RuntimeError(
             "tunedist: TORCH_DISTRIBUTED_USE_TORCHCOMMS is set, so torch routes process groups through TorchComms "
             "and never calls plugin backends such as 'tuned'. Unset TORCH_DISTRIBUTED_USE_TORCHCOMMS (and "
@@ -130,7 +144,14 @@ def _skip_flight_recorder_hook() -> None:
         skipped.add(BACKEND_NAME)
 
 
-def _register() -> None:
+def register_backend() -> None:
+    """Registers the c10d backend ``tuned`` with torch; a second call does nothing.
+
+    torch calls it through the ``torch.distributed.backends`` entry point the first time a backend string names
+    ``tuned`` (``init_process_group``, ``new_group``, a launcher's ``process_group_backend``); ``import tunedist``
+    calls it too. Raises RuntimeError where torch would route the group around plugin backends (TorchComms on a
+    torch that bypasses plugins).
+    """
     _check_torchcomms()
     _skip_flight_recorder_hook()
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
@@ -140,7 +161,7 @@ def _register() -> None:
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=devices)
 
 
-_register()
+register_backend()
 
 
 def version() -> str:
