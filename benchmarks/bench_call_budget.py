@@ -18,7 +18,7 @@ hits all rows alike. A row's figure is the median over rounds of its per-round m
               from Python that finds nothing to do. The floor of any operator-based all_reduce (DeepSpeed's too).
   tuned_op_ws1      tunedist.all_reduce on the world-size-1 `tuned` group: that floor plus tunedist's own cost.
   tuned_op    tunedist.all_reduce on the job's `tuned` group.
-  deepspeed   deepspeed.comm.inference_all_reduce (its shared-memory all_reduce; tunedist.bench_contenders), when
+  deepspeed   deepspeed.comm.inference_all_reduce (its shared-memory all_reduce; tunedist.bench.contenders), when
               DeepSpeed is installed: the peer to beat (float32 SUM runs its shm kernel).
   deepspeed_op      its kernel, torch.ops.deepspeed.inference_all_reduce_, called without its Python API.
   kernels     the engine's own copy (into a slot, cached stores as the engine makes it) and reduce (P sources) of
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch.testing._internal.distributed.fake_pg  # noqa: PLC0415  (registers the "fake" backend)
 
-    from tunedist import bench_contenders  # noqa: PLC0415
+    from tunedist.bench import contenders as bench_contenders  # noqa: PLC0415
 
     use_ds = not args.no_deepspeed and bench_contenders.deepspeed_problem("cpu") is None
     torch.set_num_threads(1)

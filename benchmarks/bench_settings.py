@@ -31,8 +31,8 @@ import torch.distributed as dist
 from bench_call_budget import parse_size  # this folder: the same size syntax
 
 import tunedist
-from tunedist.bench_collectives import ALL_COLLECTIVES, ALL_OPS, DTYPES, count_wrong
-from tunedist.bench_contenders import C10dComm
+from tunedist.bench.collectives import ALL_COLLECTIVES, ALL_OPS, DTYPES, count_wrong
+from tunedist.bench.contenders import C10dComm
 
 
 def parse_setting(text: str) -> tuple:

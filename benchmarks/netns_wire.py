@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 import tunedist
-from tunedist.bench import parse_size
+from tunedist.bench.__main__ import parse_size
 
 
 def tx_bytes(dev: str) -> int:

@@ -7,7 +7,7 @@ Each case fills rank r's tensor with x(r, i) = (i mod 7) + 1 + 8r (exact in ever
 `deepspeed.comm.inference_all_reduce(t, op, group)`, and compares rank 0's result (all ranks' verdicts are gathered)
 with the right answer. The verdict names what came back: "correct", "unchanged" (the input, not reduced), "sum"
 (the sum over the world where another op or group was asked), or "wrong". `path` says what ran, counted by wrapping
-both (tunedist.bench_contenders.count_calls): "shm" (DeepSpeed's kernel), "fallback:<backend>" (the API called
+both (tunedist.bench.contenders.count_calls): "shm" (DeepSpeed's kernel), "fallback:<backend>" (the API called
 torch.distributed.all_reduce instead) or "none" (neither). The "kernel" cases call the op the API dispatches to,
 torch.ops.deepspeed.inference_all_reduce_, directly: what the kernel does on a host where the API hands it every
 dtype. Kernel calls that need an ISA this CPU lacks are skipped, named.
@@ -23,7 +23,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tunedist import bench_contenders as bc
+from tunedist.bench import contenders as bc
 
 N = 4099  # not a multiple of the kernel's vector: the scalar tail runs too
 

@@ -103,7 +103,7 @@ def no_communication(t: torch.Tensor) -> None:
 
 def _contenders():
     """The bench's DeepSpeed helpers: how it sets DeepSpeed up on CPU, and what DeepSpeed's API called."""
-    return importlib.import_module("tunedist.bench_contenders")
+    return importlib.import_module("tunedist.bench.contenders")
 
 
 def contenders(args, gloo_group, log) -> tuple[dict, dict]:

@@ -7,7 +7,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tunedist.bench_standin import AllreduceStandin, SharedRegions, StandinUnavailable
+from tunedist.bench.standin import AllreduceStandin, SharedRegions, StandinUnavailable
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int32)
 

@@ -19,8 +19,10 @@ import pytest
 import torch
 
 import tunedist
-from tunedist import bench, bench_symmetric
-from tunedist.bench_collectives import MORE_COLLECTIVES
+from tunedist.bench import report, symmetric
+from tunedist.bench.__main__ import parse_args, parse_size
+from tunedist.bench.collectives import MORE_COLLECTIVES, PRIMARY_INPLACE, VARIANTS
+from tunedist.bench.plot import plot
 
 REPO = Path(__file__).resolve().parents[2]
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
@@ -64,7 +66,7 @@ def test_bench_measures_the_other_nccl_tests_ops(tmp_path):
                      "--json", str(out))
     data = json.loads(out.read_text())
     seen = {(r["backend"], r["op"], r["inplace"], r["bytes"]) for r in data["results"]}
-    assert seen == {(b, op, ip, n) for b in ("tuned", "gloo") for op in more for ip in bench.VARIANTS[op]
+    assert seen == {(b, op, ip, n) for b in ("tuned", "gloo") for op in more for ip in VARIANTS[op]
                     for n in (4096, 65536)}
     assert all(r["wrong"] == 0 for r in data["results"]), data["results"]
     for op in more:
@@ -118,7 +120,7 @@ def test_bench_probes_memcpy_beside_every_round_of_the_bound_point(bench_run):
             assert b[name]["ratio_median"] == pytest.approx(statistics.median(want))
             assert b[name]["ratio_min"] == pytest.approx(min(want)) and b[name]["ratio_max"] == pytest.approx(max(want))
         assert f"# bound beside each round at {64 << 10} B, {backend}:" in text
-        # The stand-in (tunedist.bench_standin) took a turn in every round too: its time over the round's. Where the
+        # The stand-in (tunedist.bench.standin) took a turn in every round too: its time over the round's. Where the
         # ranks cannot map each other's memory (a host that denies ptrace read access) a note says why instead.
         if "standin_us_rounds" not in r:
             assert any("stand-in not measured" in n for n in data["notes"]), data["notes"]
@@ -137,10 +139,10 @@ def test_bench_summary_is_the_ratio_per_interleaved_round(bench_run):
     rows = {(r["backend"], r["op"], r["bytes"], r["inplace"]): r for r in data["results"]}
     summary = data["summary"]
     assert {(s["op"], s["bytes"]) for s in summary} == {(op, b) for _, op, b, ip in rows if
-                                                        ip == bench.PRIMARY_INPLACE[op]}
+                                                        ip == PRIMARY_INPLACE[op]}
     for s in summary:
         assert (s["backend"], s["vs"]) == ("gloo", "tuned")
-        inplace = bench.PRIMARY_INPLACE[s["op"]]
+        inplace = PRIMARY_INPLACE[s["op"]]
         gloo, tuned = (rows[(b, s["op"], s["bytes"], inplace)]["round_time_us"] for b in ("gloo", "tuned"))
         assert s["ratios"] == pytest.approx([g / t for g, t in zip(gloo, tuned)])
         assert s["ratio_median"] == pytest.approx(statistics.median(s["ratios"]))
@@ -153,7 +155,7 @@ def test_ratios_pair_the_rounds():
                 "time_us": statistics.median(rounds)}
     results = [row("a", [10.0, 20.0, 40.0]), row("b", [30.0, 20.0, 80.0]), row("c", [5.0, 5.0, 5.0]),
                {**row("d", [1.0]), "time_us": None}]  # not timed: no ratio
-    out = bench.ratios(results, bench.PRIMARY_INPLACE, "a")
+    out = report.ratios(results, PRIMARY_INPLACE, "a")
     assert [(s["backend"], s["ratios"], s["ratio_median"], s["ratio_min"], s["ratio_max"]) for s in out] == [
         ("b", [3.0, 1.0, 2.0], 2.0, 1.0, 3.0), ("c", [0.5, 0.25, 0.125], 0.25, 0.125, 0.5)]
 
@@ -163,7 +165,7 @@ def test_bench_every_point_is_correct(bench_run):
     wrong = [r for r in data["results"] if r["wrong"] != 0]
     assert not wrong, f"wrong elements: {wrong}"
     seen = {(r["backend"], r["op"], r["inplace"]) for r in data["results"]}
-    expected = {(b, op, ip) for b in ("tuned", "gloo") for op in OPS for ip in bench.VARIANTS[op]}
+    expected = {(b, op, ip) for b in ("tuned", "gloo") for op in OPS for ip in VARIANTS[op]}
     assert seen == expected
     for backend in ("tuned", "gloo"):
         sizes = sorted(r["bytes"] for r in data["results"] if (r["backend"], r["op"], r["inplace"]) ==
@@ -184,7 +186,7 @@ def sym_run(tmp_path_factory):
 def test_bench_tuned_sym_runs_zero_copy_and_right(sym_run):
     data, text = sym_run
     sym = [r for r in data["results"] if r["backend"] == "tuned+sym"]
-    assert {(r["op"], r["inplace"]) for r in sym} == {(op, ip) for op in OPS for ip in bench.VARIANTS[op]}
+    assert {(r["op"], r["inplace"]) for r in sym} == {(op, ip) for op in OPS for ip in VARIANTS[op]}
     assert len(sym) == len([r for r in data["results"] if r["backend"] == "tuned"])  # the same points
     for r in sym:
         assert r["wrong"] == 0 and r["time_us"] > 0, r
@@ -205,17 +207,17 @@ def test_zero_copy_lines_warn_loudly():
     section = {"min_bytes": 1024, "zero_copy_ops": 0, "copy_restarts": 0, "calls": 12, "reserved_bytes": 1 << 26,
                "peak_in_use_bytes": 4096, "chunks": 1, "points": 2, "points_expected": 1,
                "missed": [{"op": "all_reduce", "bytes": 4096, "inplace": True, "zero_copy_ops": 0, "calls": 6}]}
-    lines = bench_symmetric.zero_copy_lines({"tuned+sym": section})
+    lines = symmetric.zero_copy_lines({"tuned+sym": section})
     assert lines[0].startswith("# tuned+sym: zero_copy_ops 0 of 12 calls") and "64.0 MiB" in lines[0]
     assert "WARNING: tuned+sym: zero_copy_ops did not grow" in lines[1]
     assert "WARNING: tuned+sym: all_reduce in-place S = 4096 B ran zero-copy in 0 of 6 calls" in lines[2]
     fine = {**section, "zero_copy_ops": 6, "missed": []}
-    assert not any("WARNING" in line for line in bench_symmetric.zero_copy_lines({"tuned+sym": fine}))
+    assert not any("WARNING" in line for line in symmetric.zero_copy_lines({"tuned+sym": fine}))
 
 
 def test_bench_rejects_tuned_sym_on_cuda(capsys):
     with pytest.raises(SystemExit) as exc:
-        bench.parse_args(["--backends", "tuned,tuned+sym", "--device", "cuda"])
+        parse_args(["--backends", "tuned,tuned+sym", "--device", "cuda"])
     assert exc.value.code == 2 and "tuned+sym measures CPU buffers" in capsys.readouterr().err
 
 
@@ -246,8 +248,8 @@ def test_plot_draws_one_line_per_backend_and_op_and_the_bound(tmp_path):
     pytest.importorskip("matplotlib")
     results = _fake_results()
     meta = {"world_size": 2, "memcpy_gbps": 11.0, "simd": "avx2", "torch": "x",
-            "bound": bench.bound_section(results, 2, 11.0)}
-    fig = bench.plot(results, meta, str(tmp_path / "p.png"))
+            "bound": report.bound_section(results, 2, 11.0)}
+    fig = plot(results, meta, str(tmp_path / "p.png"), PRIMARY_INPLACE)
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
     ax_bw, ax_t = fig.axes
     assert ax_bw.get_xscale() == ax_bw.get_yscale() == ax_t.get_xscale() == ax_t.get_yscale() == "log"
@@ -280,7 +282,7 @@ def test_bench_prints_tables(bench_run):
 @pytest.mark.parametrize("text,value", [("8", 8), ("4K", 4096), ("64KiB", 65536), ("256M", 256 << 20),
                                         ("1g", 1 << 30), ("2MB", 2 << 20)])
 def test_parse_size(text, value):
-    assert bench.parse_size(text) == value
+    assert parse_size(text) == value
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -291,7 +293,7 @@ def test_parse_size(text, value):
 ], ids=["op", "backend", "range", "size"])
 def test_bench_rejects_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
-        bench.parse_args(argv)
+        parse_args(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -325,7 +327,7 @@ def test_bench_names_the_environment_deepspeed_needs(argv, env, message, monkeyp
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(SystemExit) as exc:
-        bench.parse_args(["--backends", "tuned,deepspeed", *argv])
+        parse_args(["--backends", "tuned,deepspeed", *argv])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
 

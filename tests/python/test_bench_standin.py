@@ -1,4 +1,4 @@
-"""The all_reduce stand-in of tunedist.bench (tunedist.bench_standin): the peers-only design run on shared memory,
+"""The all_reduce stand-in of tunedist.bench (tunedist.bench.standin): the peers-only design run on shared memory,
 whose time the bench sets beside the largest all_reduce. Checked for real under torchrun at 2 and 3 ranks: results
 at counts that do not split evenly (including parts of zero elements), four dtypes, both copiers, and that it
 leaves no name in /dev/shm and no mapping behind. No timing is asserted."""

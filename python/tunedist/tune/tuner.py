@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from ..bench import Progress
+from ..bench.report import Progress
 from .candidates import HOOKS, Candidate, build_ddp, dispose_ddp, make_candidates, register_hook
 from .costmodel import MachineModel, fit_comm_model, simulate
 from .measure import (

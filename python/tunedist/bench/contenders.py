@@ -41,7 +41,8 @@ TUNED_OP = "tuned-op"
 # The contenders that are not c10d backend names.
 OTHER_CONTENDERS = (DEEPSPEED, DEEPSPEED_OP, TUNED_SYM, TUNED_OP)
 PROBED_VERSION = "0.19.8"
-# What benchmarks/probe_deepspeed.py measured (records: docs/records/bench_ds/*probe*), printed when deepspeed runs.
+# What benchmarks/probe_deepspeed.py measured (docs/performance.md#all-reduce-against-deepspeed-and-gloo), printed
+# when deepspeed runs.
 DEEPSPEED_NOTES = (
     f"deepspeed is deepspeed.comm.inference_all_reduce: all_reduce only, over the world (it takes no group). "
     f"benchmarks/probe_deepspeed.py measured DeepSpeed {PROBED_VERSION} on an avx2 host (2 and 4 ranks):",
@@ -50,8 +51,8 @@ DEEPSPEED_NOTES = (
     "early, right);",
     "bf16, fp16, float64 and int32 are right there only because the API hands dtypes other than float32 to its kernel "
     "on avx512bw hosts alone and falls back to torch.distributed.all_reduce on the default group elsewhere; the "
-    "kernel itself, called directly, returned float64 and int32 unchanged; on an avx512bw host (AVX-512 Xeon, "
-    "records bench_ds/s10_avx512_probe_ws2) the API did the same: float64 and int32 unchanged, bf16/fp16 right.",
+    "kernel itself, called directly, returned float64 and int32 unchanged; on an avx512bw host (an Intel "
+    "Xeon with AVX-512, 2 ranks) the API did the same: float64 and int32 unchanged, bf16/fp16 right.",
     "The path column says what ran (shm or fallback:<backend>); a deepspeed point with wrong elements is not timed.",
 )
 

@@ -1,9 +1,10 @@
 """The figure of `python -m tunedist.bench --plot out.png`: busbw and time per op against the size S, log-log, one
 line per backend and op (colour: backend; line style and marker: op), with the physical bound drawn in (black).
 
-Bound: only all_reduce has one here, the project's copy-in/copy-out two-shot ceiling 4(P-1)/(5P+1) x memcpy_gbps
-(bench.bound_section, README "Figures"). It is drawn as a horizontal busbw line and, on the time panel, as the least
-time it allows, t(S) = S x 2(P-1)/P / bound. The other ops have no bound defined, and none is drawn for them.
+Bound: only all_reduce has one here, the copy-in/copy-out two-shot ceiling 4(P-1)/(5P+1) x memcpy_gbps
+(report.bound_section; docs/performance.md#large-all-reduces-the-bound-and-the-stand-in). It is drawn as a
+horizontal busbw line and, on the time panel, as the least time it allows, t(S) = S x 2(P-1)/P / bound. The other
+ops have no bound defined, and none is drawn for them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ BOUND_STYLE = {"color": "black", "linestyle": ":", "linewidth": 1.5}
 
 
 def series(results, primary_inplace: dict) -> dict:
-    """{(backend, op): rows sorted by size}, the variant each op is summarised by (see bench.PRIMARY_INPLACE)."""
+    """{(backend, op): rows sorted by size}, the variant each op is summarised by (collectives.PRIMARY_INPLACE)."""
     out: dict = {}
     for r in results:
         if r["inplace"] == primary_inplace[r["op"]] and r["time_us"] is not None:  # None: not timed (wrong results)

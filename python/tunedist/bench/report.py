@@ -7,7 +7,7 @@ import importlib.util
 import statistics
 import sys
 
-from .bench_collectives import COLLECTIVES
+from .collectives import COLLECTIVES
 
 RANK_REDUCTIONS = {0: "rank 0", 1: "average", 2: "min", 3: "max"}
 TYPE_NAMES = {"float32": "float", "float": "float", "float16": "half", "half": "half", "bfloat16": "bfloat16",
@@ -91,7 +91,7 @@ def _beside_rounds(r, world: int) -> dict:
     return out
 
 
-STANDIN = "the stand-in (tunedist.bench_standin)"
+STANDIN = "the stand-in (tunedist.bench.standin)"
 
 
 def _spread(formula: str, per: list) -> dict:

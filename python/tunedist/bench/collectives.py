@@ -54,7 +54,7 @@ class Collective:
     reduces: bool  # takes --op (the redop column); the others print "none"
     whole_array: bool  # S = n x count x typesize (the gathered or scattered array), else count x typesize
     busbw_factor: Callable[[int], float]  # busbw = algbw x busbw_factor(n)
-    # (rank, world, inplace, count, dtype, redop, comm) -> Buffers; comm: a contender's calls (bench_contenders), whose
+    # (rank, world, inplace, count, dtype, redop, comm) -> Buffers; comm: a contender's calls (contenders.py), whose
     # empty() allocates every buffer passed to the op (symmetric ones for tuned+sym); expected values are torch's
     buffers: Callable[[int, int, bool, int, torch.dtype, str, object], Buffers]
 

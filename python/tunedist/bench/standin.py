@@ -1,6 +1,8 @@
 """The all_reduce bound as this machine executes it: the design that the peers-only bound 4(P-1)/(3P+1) x memcpy
 describes (each rank copies in only what its peers need and reduces in place), run with plain kernels on shared
-memory beside the collectives, with nothing of tunedist's engine but its copy kernel.
+memory beside the collectives, with nothing of tunedist's engine but its copy kernel. It belongs to the benchmark
+package, not to benchmarks/: `python -m tunedist.bench` runs it in every round of its bound point, so it must be
+installed with the command a user runs, and benchmarks/ is not installed.
 
 Why: the memcpy probe copies within one core, and a collective moves bytes between cores. Where two ranks' CPUs
 share a core's caches the collective moves them faster than the probe allows for (busbw over the formula above 1);
