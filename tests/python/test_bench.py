@@ -251,6 +251,7 @@ def test_plot_draws_one_line_per_backend_and_op_and_the_bound(tmp_path):
             "bound": report.bound_section(results, 2, 11.0)}
     fig = plot(results, meta, str(tmp_path / "p.png"), PRIMARY_INPLACE)
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
+    assert fig.canvas.manager is None  # a Figure of its own: pyplot holds no global figure for it
     ax_bw, ax_t = fig.axes
     assert ax_bw.get_xscale() == ax_bw.get_yscale() == ax_t.get_xscale() == ax_t.get_yscale() == "log"
     bw = {line.get_label(): line for line in ax_bw.get_lines()}

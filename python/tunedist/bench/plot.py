@@ -52,13 +52,12 @@ def _draw_all_reduce_bound(ax_bw, ax_t, lines: dict, meta: dict) -> None:
 
 
 def plot(results, meta: dict, path: str, primary_inplace: dict):
-    """Draws the figure into `path` and returns it (matplotlib Figure, Agg backend)."""
-    import matplotlib  # noqa: PLC0415  (optional dependency, only for --plot)
+    """Draws the figure into `path` and returns it: a matplotlib Figure of its own, made without pyplot, so that
+    no global figure or backend state is touched (savefig renders it with Agg for a PNG)."""
+    from matplotlib.figure import Figure  # noqa: PLC0415  (optional dependency, only for --plot)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig = Figure(figsize=(14, 5.5))
+    ax_bw, ax_t = fig.subplots(1, 2)
     lines = series(results, primary_inplace)
     _draw_lines(ax_bw, ax_t, lines)
     _draw_all_reduce_bound(ax_bw, ax_t, lines, meta)
@@ -75,5 +74,4 @@ def plot(results, meta: dict, path: str, primary_inplace: dict):
                  f"{meta.get('torch', '?')}, memcpy {meta['memcpy_gbps']:.1f} GB/s per rank")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return fig
