@@ -1,13 +1,14 @@
 """Times all_gather_into_tensor (out of place and in place), reduce_scatter_tensor and broadcast through `dist`
-only, so that two builds of tunedist (say, an issue's filing commit and today's) can be compared on one machine:
+only, so that two builds of tunedist (a baseline build, A, and the other build, B) can be compared on one machine:
 
     PYTHONPATH=<build A>/python torchrun --standalone --nproc_per_node=2 benchmarks/bench_ab_builds.py --json a1.json
     PYTHONPATH=<build B>/python torchrun --standalone --nproc_per_node=2 benchmarks/bench_ab_builds.py --json b1.json
     ... alternating A B A B A B, then: python benchmarks/bench_ab_builds.py --compare a1.json,a2.json b1.json,b2.json
 
 It uses nothing of tunedist but `import tunedist` and the `tuned` backend, so any build since the backend existed
-runs it. Each point: warm-up, then `--rounds` timed loops; the figure is the median over rounds of each loop's p50
-µs per call. Every point's result is checked against the closed form once, outside the timing.
+runs it; what it shares with the other tools comes from benchmarks/_common.py, which needs torch only. Each point:
+warm-up, then `--rounds` timed loops; the figure is the median over rounds of each loop's p50 µs per call. Every
+point's result is checked against the closed form once, outside the timing.
 
 With --floor every point also gets a floor, timed in the same rounds beside it: the bytes that any design of the
 operation must move on a rank, moved by a plain local copy or reduction (no collective, no synchronisation, every
@@ -31,13 +32,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 
 import torch
 import torch.distributed as dist
-from bench_call_budget import parse_size, per_call_us  # this folder: the same size syntax and timing
+from _common import load_avg, over_ranks, parse_sizes, per_call_us, process_group, ranks_failing, run_meta, write_json
 
 DEFAULT_SIZES = "64K,256K,1M,4M,16M"
 # A floor includes its stand-ins' own call overhead (a torch op or a pybind call: 1-3 µs each), which no design
@@ -144,18 +144,15 @@ def _timed_round(call, iters: int, reduce_op) -> float:
     """A barrier, then each rank's median µs per call over `iters`, combined over ranks by `reduce_op` (SUM, divided
     by the world size: the mean; or MAX: the slowest rank)."""
     dist.barrier()
-    t = torch.tensor([per_call_us(call, iters)], dtype=torch.float64)
-    dist.all_reduce(t, op=reduce_op)
-    return t.item() / (dist.get_world_size() if reduce_op == dist.ReduceOp.SUM else 1)
+    return over_ranks([per_call_us(call, iters)], reduce_op, mean=reduce_op == dist.ReduceOp.SUM)[0]
 
 
 def _check(key: str, nbytes: int, call, check) -> None:
     """Warm-up, then the result on every rank against its closed form (a wrong one fails the run)."""
     for _ in range(5):
         call()
-    flags = torch.tensor([0 if check() else 1])
-    dist.all_reduce(flags)
-    assert flags.item() == 0, f"{key} {nbytes} B: wrong result on {flags.item()} rank(s)"
+    failing = ranks_failing(check())
+    assert failing == 0, f"{key} {nbytes} B: wrong result on {failing} rank(s)"
 
 
 def measure(sizes, rounds: int, empty=torch.empty, fresh: bool = False, floor: bool = False) -> dict:
@@ -223,7 +220,7 @@ def compare(a_files: str, b_files: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default=DEFAULT_SIZES)
+    p.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json")
     p.add_argument("--symmetric", action="store_true",
@@ -242,22 +239,16 @@ def main(argv=None) -> int:
         return 0
     import tunedist  # noqa: PLC0415  (--compare needs no build)
 
-    torch.set_num_threads(1)
-    dist.init_process_group("tuned")
-    load0 = os.getloadavg()[0]
-    empty = torch.empty
-    if args.symmetric:
-        empty = tunedist.symmetric_empty
-    points = measure([parse_size(s) for s in args.sizes.split(",")], args.rounds, empty, args.fresh, args.floor)
-    if dist.get_rank() == 0:
-        for key, r in points.items():
-            print(f"{key:32s} {r['p50_us']:10.1f} us")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"tunedist_file": tunedist.__file__, "symmetric": args.symmetric, "fresh": args.fresh,
-                           "world_size": dist.get_world_size(),
-                           "load_before_after": [load0, os.getloadavg()[0]], "points": points}, f, indent=1)
-    dist.destroy_process_group()
+    with process_group("tuned") as (rank, _):
+        load0 = load_avg()[0]
+        empty = tunedist.symmetric_empty if args.symmetric else torch.empty
+        points = measure(args.sizes, args.rounds, empty, args.fresh, args.floor)
+        if rank == 0:
+            for key, r in points.items():
+                print(f"{key:32s} {r['p50_us']:10.1f} us")
+            if args.json:
+                write_json(args.json, {**run_meta(), "symmetric": args.symmetric, "fresh": args.fresh,
+                                       "load_before_after": [load0, load_avg()[0]], "points": points})
     return 0
 
 

@@ -34,34 +34,17 @@ costs less than the Work that the floor includes.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
+from _common import load_avg, parse_sizes, per_call_us, process_group, run_meta, write_json
 
 import tunedist
+from tunedist.bench import contenders
 
 DEFAULT_SIZES = "4K,64K,1M,4M"
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(text.rstrip("KMG")) * mult
-
-
-def per_call_us(call, iters: int) -> float:
-    """Median of `iters` timed calls, in µs."""
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
 
 
 def iters_for(nbytes: int) -> int:
@@ -99,7 +82,7 @@ def measure(args, ds) -> dict:
     }
     if not args.no_gloo:
         groups["gloo"] = dist.new_group(backend="gloo")
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    sizes = args.sizes
     samples: dict = {s: {} for s in sizes}
     kernels: dict = {s: [] for s in sizes}
     for _ in range(args.rounds):
@@ -168,34 +151,27 @@ def print_table(rows: list, raw: dict, load: tuple) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated bytes (default {DEFAULT_SIZES})")
+    p.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES,
+                   help=f"comma-separated bytes (default {DEFAULT_SIZES})")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--no-gloo", action="store_true")
     p.add_argument("--no-deepspeed", action="store_true", help="leave DeepSpeed out even when it is installed")
     p.add_argument("--json")
     args = p.parse_args(argv)
-    import torch.testing._internal.distributed.fake_pg  # noqa: PLC0415  (registers the "fake" backend)
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401,PLC0415  (registers the "fake" backend)
 
-    from tunedist.bench import contenders as bench_contenders  # noqa: PLC0415
-
-    use_ds = not args.no_deepspeed and bench_contenders.deepspeed_problem("cpu") is None
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    ds = bench_contenders.make("deepspeed").comm if use_ds else None
-    load0 = os.getloadavg()[0]
-    raw = measure(args, ds)
-    load = (load0, os.getloadavg()[0])
-    rows = summarize(raw)
-    if dist.get_rank() == 0:
-        print_table(rows, raw, load)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"meta": {"world_size": raw["world_size"], "torch": torch.__version__,
-                                    "tunedist": tunedist.version(), "simd": tunedist.simd_level(),
-                                    "rounds": args.rounds, "load_before_after": load},
-                           "rows": rows, "raw": {str(k): v for k, v in raw["samples"].items()}}, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
+    use_ds = not args.no_deepspeed and contenders.deepspeed_problem("cpu") is None
+    with process_group("gloo") as (rank, _):
+        ds = contenders.make("deepspeed").comm if use_ds else None
+        load0 = load_avg()[0]
+        raw = measure(args, ds)
+        load = (load0, load_avg()[0])
+        rows = summarize(raw)
+        if rank == 0:
+            print_table(rows, raw, load)
+            if args.json:
+                write_json(args.json, {"meta": {**run_meta(), "rounds": args.rounds, "load_before_after": load},
+                                       "rows": rows, "raw": {str(k): v for k, v in raw["samples"].items()}})
     return 0
 
 

@@ -1,4 +1,4 @@
-"""How long the `tuned` backend takes to notice a dead peer: the figure the one-host issue asks the benchmark to report.
+"""How long the `tuned` backend takes to notice a dead peer (docs/performance.md#failure-detection).
 
 Each trial starts 3 ranks (torch.multiprocessing, a file rendezvous, a 300 s group timeout). Rank 1 stalls inside
 its second all_reduce at a chosen protocol step (the engine's TUNEDIST_TEST_STALL hook), rank 0 SIGKILLs it there,
@@ -10,7 +10,7 @@ With --pidns the victim runs in a pid namespace of its own (`unshare --pid --for
 /dev/shm with --ipc=host): its pid then means nothing to the survivors, so only its life lock (csrc/core/sync.h)
 can tell them it died. Needs root (or user namespaces).
 
-    PYTHONPATH=python python benchmarks/bench_dead_peer.py --trials 3 --json out.json [--pidns]
+    python benchmarks/bench_dead_peer.py --trials 3 --json out.json [--pidns]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _common import run_meta, write_json
 
 # (elements, publish step rank 1 stalls before) for the operation with sequence number 2 (seq 1 is a warm-up).
 CASES = {"one_shot": (1024, 1), "two_shot": (8 << 20, 3)}
@@ -130,8 +131,8 @@ def main(argv=None) -> int:
     if args.victim:  # rank 1 inside `unshare --pid --fork` (run_trial with --pidns)
         _rank(1, 3, args.victim[0], int(args.victim[1]), args.victim[2])
         return 0
-    report = {"group_timeout_s": GROUP_TIMEOUT_S, "victim_pid_namespace": "own" if args.pidns else "shared",
-              "cases": {}}
+    report = {**run_meta(), "group_timeout_s": GROUP_TIMEOUT_S,
+              "victim_pid_namespace": "own" if args.pidns else "shared", "cases": {}}
     for case in CASES:
         latencies, message = [], ""
         for _ in range(args.trials):
@@ -145,8 +146,7 @@ def main(argv=None) -> int:
               f"group timeout {GROUP_TIMEOUT_S} s; victim's pid namespace: {report['victim_pid_namespace']}")
         print(f"          error: {message[:160]}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(args.json, report)
     return 0
 
 

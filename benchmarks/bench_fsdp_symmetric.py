@@ -53,12 +53,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from _common import load_avg, loop_mean_s, over_ranks, percentile, process_group, run_meta, spread, write_json
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -131,25 +131,11 @@ class Run:
         """n steps after a barrier; returns their mean time on this rank and adds the heap counters' growth."""
         before = tunedist.symmetric_heap_stats()
         dist.barrier()
-        start = time.perf_counter()
-        for _ in range(n):
-            self.step(args, rank)
-        elapsed = (time.perf_counter() - start) / n
+        elapsed = loop_mean_s(lambda: self.step(args, rank), n)
         after = tunedist.symmetric_heap_stats()
         for k in HEAP_COUNTERS:
             self.counters[k] += after[k] - before[k]
         return elapsed
-
-
-def over_ranks(values, op=dist.ReduceOp.MAX) -> list:
-    t = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(t, op=op)
-    return t.tolist()
-
-
-def percentile(values, q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * len(s)) - 1))]
 
 
 def timed(args, runs: dict, rank: int) -> None:
@@ -161,7 +147,7 @@ def timed(args, runs: dict, rank: int) -> None:
             run.counters[k] = 0
     for r in range(args.rounds):
         for name in CONFIGS if r % 2 == 0 else reversed(CONFIGS):
-            (t,) = over_ranks([runs[name].steps(args, rank, args.steps)])  # the slowest rank's
+            (t,) = over_ranks([runs[name].steps(args, rank, args.steps)], dist.ReduceOp.MAX)  # the slowest rank's
             runs[name].round_s.append(t)
 
 
@@ -176,15 +162,14 @@ def time_summary(args, runs: dict) -> dict:
                      "timed_steps": args.rounds * args.steps, "zero_copy_ops": zero_copy,
                      "zero_copy_ops_per_step": zero_copy / (args.rounds * args.steps), "copy_restarts": restarts}
     per_round = [s / p for s, p in zip(runs["symmetric"].round_s, runs["plain"].round_s)]
-    out["ratio_symmetric_over_plain"] = {"per_round": per_round, "median": statistics.median(per_round),
-                                         "min": min(per_round), "max": max(per_round)}
+    out["ratio_symmetric_over_plain"] = {"per_round": per_round, **spread(per_round)}
     return out
 
 
 def loss_summary(runs: dict) -> dict:
     a, b = runs["plain"].losses, runs["symmetric"].losses
     diff = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
-    (diff,) = over_ranks([diff])
+    (diff,) = over_ranks([diff], dist.ReduceOp.MAX)
     (unequal,) = over_ranks([float(sum(x != y for x, y in zip(a, b)))], dist.ReduceOp.SUM)
     return {"steps_compared": len(a), "equal": unequal == 0 and len(a) == len(b), "steps_unequal_all_ranks":
             int(unequal), "max_abs_diff": diff, "rank0_losses": {"plain": a, "symmetric": b}}
@@ -203,25 +188,20 @@ def status_kib(*keys) -> dict:
 
 def child(args) -> None:
     """A memory child: one configuration in a fresh group; writes its memory facts to --child-out."""
-    torch.set_num_threads(args.threads)
-    dist.init_process_group("tuned")
-    rank = dist.get_rank()
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    run = Run(args.child, build_model(args), mesh)
-    before = status_kib("VmRSS")["VmRSS"]
-    run.steps(args, rank, args.warmup + args.mem_steps)
-    heap = tunedist.symmetric_heap_stats()
-    slots = tunedist._C.reserved_shm_bytes(dist.group.WORLD._get_backend(torch.device("cpu")))
-    peak = status_kib("VmHWM")["VmHWM"]
-    facts = {"peak_rss": peak, "rss_before_steps": before, "peak_growth": peak - before,
-             **{f"end_{k}": v for k, v in status_kib("VmRSS", "RssAnon", "RssShmem", "RssFile").items()},
-             "heap_reserved": heap["reserved_bytes"], "heap_peak_in_use": heap["peak_in_use_bytes"],
-             "zero_copy_ops": heap["zero_copy_ops"], "copy_restarts": heap["copy_restarts"],
-             "slot_shm_bytes": slots, "losses": run.losses}
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(args.child_out, "w") as f:
-        json.dump(facts, f)
+    with process_group("tuned", args.threads) as (rank, world):
+        mesh = init_device_mesh("cpu", (world,))
+        run = Run(args.child, build_model(args), mesh)
+        before = status_kib("VmRSS")["VmRSS"]
+        run.steps(args, rank, args.warmup + args.mem_steps)
+        heap = tunedist.symmetric_heap_stats()
+        slots = tunedist._C.reserved_shm_bytes(dist.group.WORLD._get_backend(torch.device("cpu")))
+        peak = status_kib("VmHWM")["VmHWM"]
+        facts = {"peak_rss": peak, "rss_before_steps": before, "peak_growth": peak - before,
+                 **{f"end_{k}": v for k, v in status_kib("VmRSS", "RssAnon", "RssShmem", "RssFile").items()},
+                 "heap_reserved": heap["reserved_bytes"], "heap_peak_in_use": heap["peak_in_use_bytes"],
+                 "zero_copy_ops": heap["zero_copy_ops"], "copy_restarts": heap["copy_restarts"],
+                 "slot_shm_bytes": slots, "losses": run.losses}
+    write_json(args.child_out, facts)
 
 
 def free_port() -> int:
@@ -257,10 +237,6 @@ def memory(args, rank: int, world: int) -> dict:
 
 def mib(n) -> str:
     return f"{n / 2**20:.1f}"
-
-
-def load() -> list:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def print_report(args, meta: dict, times: dict, losses: dict, mem: dict | None) -> None:
@@ -301,32 +277,31 @@ def main(argv=None) -> int:
     if args.child:
         child(args)
         return 0
-    torch.set_num_threads(args.threads)
-    dist.init_process_group("tuned")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    with process_group("tuned", args.threads) as (rank, world):
+        run(args, rank, world)
+    return 0
+
+
+def run(args, rank: int, world: int) -> None:
+    """Both configurations timed in turns, then (unless --no-memory) each in its memory children; rank 0 reports."""
     mesh = init_device_mesh("cpu", (world,))
-    meta = {"world_size": world, "torch": torch.__version__, "tunedist": tunedist.version(), "args": vars(args),
-            "load_start": load()}
+    meta = {**run_meta(), "args": vars(args), "load_start": load_avg()}
     base = build_model(args)
     runs = {name: Run(name, copy.deepcopy(base), mesh) for name in CONFIGS}
     del base
     timed(args, runs, rank)
-    meta["load_after_timing"] = load()
+    meta["load_after_timing"] = load_avg()
     meta["heap_after_timing_rank0"] = tunedist.symmetric_heap_stats()  # the timed group's heap (symmetric's only)
     times, losses = time_summary(args, runs), loss_summary(runs)
     mem = None if args.no_memory else memory(args, rank, world)
     if mem:  # every rank's losses, in both children
         meta["memory_losses_equal"] = all(p["losses"] == s["losses"] for p, s in zip(mem["plain"]["per_rank"],
                                                                                      mem["symmetric"]["per_rank"]))
-    meta["load_end"] = load()
+    meta["load_end"] = load_avg()
     if rank == 0:
         print_report(args, meta, times, losses, mem)
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({**meta, "time": times, "losses": losses, "memory": mem}, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+            write_json(args.json, {**meta, "time": times, "losses": losses, "memory": mem})
 
 
 if __name__ == "__main__":

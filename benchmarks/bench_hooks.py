@@ -4,7 +4,7 @@
     python benchmarks/bench_hooks.py --part hook --iters 30       # hook time only
 
 Part "hook": the time of one hook call per bucket, summed over a step's buckets, communication excluded by running
-at world size 1 (gloo; its allreduce is a no-op there, and both hooks issue the same number of calls). The buckets
+at world size 1 (gloo; its allreduce is a no-op there, and both hooks make the same number of calls). The buckets
 are DDP's own (captured from a real backward pass) of a fixed model of 52 parameter tensors, none larger than
 512x512. Every call starts from the same gradients (restored, untimed). Ours is the drop-in module, i.e. the
 same C++ code the native hook runs plus one Python call per bucket. Torch's hook and ours (and, for PowerSGD, the
@@ -20,7 +20,7 @@ Part "e2e": DDP step time (forward, backward, optimizer) at world size 2 on a co
 layers, batch 4): `tuned` + our PowerSGD (native) against gloo without a hook, gloo + torch's PowerSGD and gloo +
 our PowerSGD. Every configuration runs with the same bucket layout, one DDP bucket for the whole model
 (bucket_cap_mb=E2E_BUCKET_CAP_MB: an explicit cap also caps the first bucket, see tunedist/tune/candidates.py),
-checked after the warm-up from DDP's reducer. One bucket is what lets torch's hook run on gloo: it issues its
+checked after the warm-up from DDP's reducer. One bucket is what lets torch's hook run on gloo: it starts its
 P and Q allreduces from future callbacks, so with several buckets they can interleave with DDP's allreduce of the
 next bucket in a different order on each rank (gloo then aborts on a size mismatch or hangs). Median over --steps
 steps after a warm-up that passes start_powerSGD_iter. Each configuration runs in its own pair of processes; one
@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
+from _common import load_avg, run_meta, write_json
 
 
 def hook_model() -> nn.Sequential:
@@ -313,14 +314,13 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     import tunedist  # noqa: F401,PLC0415  (registers "tuned")
 
-    report = {"load": os.getloadavg(), "torch": torch.__version__, "threads": args.threads}
+    report = {**run_meta(), "load": load_avg(), "threads": args.threads}
     if args.part in ("hook", "all"):
         report["hook"] = run_hook_part(args)
     if args.part in ("e2e", "all"):
         report["e2e"] = run_e2e_part(args)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+        write_json(args.json, report)
     return 0
 
 

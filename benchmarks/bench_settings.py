@@ -20,15 +20,13 @@ median [min-max] (< 1: faster).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
-from bench_call_budget import parse_size  # this folder: the same size syntax
+from _common import loop_mean_s, over_ranks, parse_sizes, process_group, ranks_failing, run_meta, spread, write_json
 
 import tunedist
 from tunedist.bench.collectives import ALL_COLLECTIVES, ALL_OPS, DTYPES, count_wrong
@@ -70,8 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--setting", dest="settings", action="append", type=parse_setting, required=True,
                    help="NAME:VAR=VALUE,... (repeat; the first is the baseline)")
     p.add_argument("--ops", default="all_reduce", help=f"comma-separated, from {', '.join(ALL_OPS)}")
-    p.add_argument("--sizes", default="16K,64K,256K,1M,4M", help="bytes per call: the all_reduce/broadcast buffer, "
-                   "the all_gather output, the reduce_scatter input")
+    p.add_argument("--sizes", type=parse_sizes, default="16K,64K,256K,1M,4M",
+                   help="bytes per call: the all_reduce/broadcast buffer, the all_gather output, the reduce_scatter "
+                        "input")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--target-s", type=float, default=0.05, help="seconds one timed loop aims at")
     p.add_argument("--min-iters", type=int, default=3, help="calls per timed loop at least, however slow a call")
@@ -79,14 +78,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json", help="write every round's times here (rank 0)")
     args = p.parse_args(argv)
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
-    args.sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     names = [n for n, _ in args.settings]
     if len(set(names)) != len(names) or len(names) < 2:
         p.error(f"need at least two settings with distinct names, got {names}")
     if any(o not in ALL_OPS for o in args.ops):
         p.error(f"unknown op in {args.ops}; choose from {', '.join(ALL_OPS)}")
-    if args.rounds < 1 or args.min_iters < 1 or not args.sizes:
-        p.error("need --rounds >= 1, --min-iters >= 1 and at least one size")
+    if args.rounds < 1 or args.min_iters < 1:
+        p.error("need --rounds >= 1 and --min-iters >= 1")
     return args
 
 
@@ -116,24 +114,18 @@ def make_call(op: str, nbytes: int, dtype, comm, rank: int, world: int):
 
 
 def mean_over_ranks(x: float) -> float:
-    t = torch.tensor([x], dtype=torch.float64)
-    dist.all_reduce(t)
-    return t.item() / dist.get_world_size()
+    return over_ranks([x], mean=True)[0]
 
 
 def measure_point(args, comms, op, nbytes, rank, world) -> dict:
     calls = {name: make_call(op, nbytes, DTYPES[args.dtype], c, rank, world) for name, c in comms.items()}
     iters = {}
     for name, (call, check) in calls.items():
-        bad = torch.tensor([0 if check() else 1])
-        dist.all_reduce(bad)
-        if bad.item():
+        failing = ranks_failing(check())
+        if failing:
             raise RuntimeError(f"bench_settings: {op} of {nbytes} B under setting {name!r} gave wrong results on "
-                               f"{bad.item()} rank(s)")
-        start = time.perf_counter()
-        for _ in range(3):
-            call()
-        est = mean_over_ranks((time.perf_counter() - start) / 3)
+                               f"{failing} rank(s)")
+        est = mean_over_ranks(loop_mean_s(call, 3))
         iters[name] = max(args.min_iters, min(5000, round(args.target_s / max(est, 1e-9))))
     per_round = {name: [] for name in calls}
     order = list(calls)
@@ -142,25 +134,31 @@ def measure_point(args, comms, op, nbytes, rank, world) -> dict:
             call = calls[name][0]
             dist.barrier()
             call()
-            start = time.perf_counter()
-            for _ in range(iters[name]):
-                call()
-            per_round[name].append(mean_over_ranks((time.perf_counter() - start) / iters[name]) * 1e6)
+            per_round[name].append(mean_over_ranks(loop_mean_s(call, iters[name])) * 1e6)
     base = order[0]
     rows = {}
     for name, times in per_round.items():
         ratios = [t / b for t, b in zip(times, per_round[base])]
         rows[name] = {"time_us": statistics.median(times), "round_time_us": times, "iters": iters[name],
-                      "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+                      **spread(ratios, "ratio_")}
     return rows
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    comms = make_comms(args.settings)
+    with process_group("gloo") as (rank, world):
+        comms = make_comms(args.settings)
+        record = run(args, comms, rank, world)
+        if rank == 0 and args.json:
+            write_json(args.json, {**run_meta(), **record})
+        dist.barrier()  # every rank is done with the settings' groups
+        for c in comms.values():
+            c.close()
+    return 0
+
+
+def run(args, comms: dict, rank: int, world: int) -> dict:
+    """Every (op, size) in turn, printed as it comes; the record: the results and each group's memory and stores."""
     names = list(comms)
     if rank == 0:
         print(f"# bench_settings: world size {world}, {args.dtype}, {args.rounds} rounds; settings: " +
@@ -186,16 +184,8 @@ def main(argv=None) -> int:
                                     for name, c in comms.items()})
     if rank == 0:
         print_stores(names, stores)
-    if rank == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"world_size": world, "dtype": args.dtype, "rounds": args.rounds,
-                       "settings": dict(args.settings), "reserved_shm_bytes": shm, "slot_stores": stores,
-                       "results": results}, f, indent=1)
-    dist.barrier()
-    for c in comms.values():
-        c.close()
-    dist.destroy_process_group()
-    return 0
+    return {"dtype": args.dtype, "rounds": args.rounds, "settings": dict(args.settings), "reserved_shm_bytes": shm,
+            "slot_stores": stores, "results": results}
 
 
 if __name__ == "__main__":

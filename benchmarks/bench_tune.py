@@ -13,7 +13,7 @@ independently: pass 1 picks the best of the finalists (the sweep's best and the 
 steps each, what the sweep gave each candidate over its rounds), pass 2 gives the ratios (all of them, twice as
 many steps each, or --confirm-steps: a 5% judgment needs the noise of a ratio well below 5%).
 
-The figure (issue #5), per model, from pass 2:
+The figure, per model, from pass 2:
 - worst/best >= 1.2: the sweep's worst against the best (bucketing matters for this model);
 - choice/best <= 1.05, for the tuner's choice in every round;
 - tuner time/sweep time <= 0.25: the tuner's mean wall time over the sweep's mean, both as measured above, the
@@ -30,7 +30,7 @@ Models (--models, default narrow_mlp,many_tables, the two of the figure): narrow
 weights of 64 KiB make the smallest cap a bucket per weight (gradients ready one after the other over the whole
 backward: much to overlap, and many buckets to pay for); many_tables, 224 embedding tables of 64 KiB under a small
 MLP (the tables' gradients all ready at the end: little to overlap, the bucket count is what costs). Also
-embedding_tables (128 tables of 128 KiB; the figure's second model before), deep_mlp (96 layers of 256 KiB; its
+embedding_tables (128 tables of 128 KiB), deep_mlp (96 layers of 256 KiB; its
 candidates' worst/best was 1.18-1.3, too close to 1.2 to show the figure), transformer and slow_first_wide.
 """
 
@@ -39,13 +39,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import statistics
 import sys
 import time
 
 import torch
-import torch.distributed as dist
+from _common import process_group, run_meta, write_json
 
 import tunedist  # noqa: F401  (registers "tuned")
 from tunedist import tune
@@ -71,7 +70,7 @@ class DeepMLP(torch.nn.Module):
 class NarrowDeepMLP(DeepMLP):
     """Many small layers (a deep, narrow MLP without biases): 240 weights of 64 KiB, so that the smallest cap the
     tuner offers (1/256 of the model, at least 1/16 MiB) gives every weight a bucket of its own, and each bucket is
-    one more collective to issue and wait for. Depth <= 248 keeps that smallest cap at 1/16 MiB."""
+    one more collective to start and wait for. Depth <= 248 keeps that smallest cap at 1/16 MiB."""
 
     def __init__(self, width: int = 128, depth: int = 240, batch: int = 4, bias: bool = False):
         super().__init__(width, depth, batch, bias=bias, seed=4)
@@ -252,7 +251,7 @@ def bench_model(name: str, args) -> dict:
         "default_over_choice": [rel[default_c] / rel[c] for c in choices],
         # Stricter, biased the other way: against the least of the second pass itself.
         "choice_over_least": [rel[c] / rel[least] for c in choices],
-        # What the benchmark called head to head before: the choices against the sweep's best, by median step time.
+        # Head to head: the choices against the sweep's best, by median step time.
         "choice_over_sweep_best_ms": [conf[c].median_s / conf[best].median_s for c in choices],
     }
     # The sweep also times DDP's default, which the tuner does not try: its time against the tuner's is that of
@@ -328,23 +327,20 @@ def print_result(res: dict) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    dist.init_process_group(args.backend)
-    results = []
-    for name in args.models.split(","):
-        results.append(bench_model(name, args))
-        if dist.get_rank() == 0:
-            print_result(results[-1])
-            sys.stdout.flush()
-    if dist.get_rank() == 0:
-        print(f"\n# FIGURE: {'met' if all(r['met'] for r in results) else 'MISSED'} for "
-              f"{', '.join(r['model'] + (' (met)' if r['met'] else ' (missed)') for r in results)}")
-    if dist.get_rank() == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"backend": args.backend, "world_size": dist.get_world_size(), "torch": torch.__version__,
-                       "rounds": args.rounds, "steps": args.steps, "top_k": args.top_k, "finalists": args.finalists,
-                       "met": all(r["met"] for r in results), "results": results}, f, indent=1)
-    dist.destroy_process_group()
+    with process_group(args.backend) as (rank, _):
+        results = []
+        for name in args.models.split(","):
+            results.append(bench_model(name, args))
+            if rank == 0:
+                print_result(results[-1])
+                sys.stdout.flush()
+        if rank == 0:
+            print(f"\n# FIGURE: {'met' if all(r['met'] for r in results) else 'MISSED'} for "
+                  f"{', '.join(r['model'] + (' (met)' if r['met'] else ' (missed)') for r in results)}")
+        if rank == 0 and args.json:
+            write_json(args.json, {**run_meta(), "backend": args.backend, "rounds": args.rounds, "steps": args.steps,
+                                   "top_k": args.top_k, "finalists": args.finalists,
+                                   "met": all(r["met"] for r in results), "results": results})
     return 0
 
 

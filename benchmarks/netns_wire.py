@@ -15,14 +15,13 @@ each result's correctness.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
 import torch.distributed as dist
+from _common import parse_size, process_group, run_meta, write_json
 
 import tunedist
-from tunedist.bench.__main__ import parse_size
 
 
 def tx_bytes(dev: str) -> int:
@@ -55,34 +54,21 @@ def main() -> int:
     p.add_argument("--backends", default="tuned,gloo")
     p.add_argument("--json", required=True)
     args = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")  # barriers and the final gather only
-    backends = [b for b in args.backends.split(",") if b]
-    groups = {b: dist.new_group(backend=b) for b in backends}
-    dev, local_rank = os.environ["GLOO_SOCKET_IFNAME"], int(os.environ["LOCAL_RANK"])
-    count = args.bytes // 4
-    mine = {
-        "rank": dist.get_rank(),
-        "node": int(os.environ["GROUP_RANK"]),
-        "local_rank": local_rank,
-        "dev": dev,
-        "backends": {b: measure(b, g, count, args.iters, dev, local_rank == 0) for b, g in groups.items()},
-    }
-    if "tuned" in groups:
-        mine["tuned_hosts"] = tunedist._C.host_layout(groups["tuned"]._get_backend(torch.device("cpu")))
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    if dist.get_rank() == 0:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"bytes": count * 4, "iters": args.iters, "world_size": dist.get_world_size(), "ranks": everyone},
-                f,
-                indent=1,
-            )
-    dist.barrier()
-    for g in groups.values():
-        dist.destroy_process_group(g)
-    dist.destroy_process_group()
+    with process_group("gloo") as (rank, world):  # the default group: barriers and the final gather only
+        groups = {b: dist.new_group(backend=b) for b in args.backends.split(",") if b}
+        dev, local_rank = os.environ["GLOO_SOCKET_IFNAME"], int(os.environ["LOCAL_RANK"])
+        count = args.bytes // 4
+        mine = {"rank": rank, "node": int(os.environ["GROUP_RANK"]), "local_rank": local_rank, "dev": dev,
+                "backends": {b: measure(b, g, count, args.iters, dev, local_rank == 0) for b, g in groups.items()}}
+        if "tuned" in groups:
+            mine["tuned_hosts"] = tunedist._C.host_layout(groups["tuned"]._get_backend(torch.device("cpu")))
+        everyone = [None] * world
+        dist.all_gather_object(everyone, mine)
+        if rank == 0:
+            write_json(args.json, {**run_meta(), "bytes": count * 4, "iters": args.iters, "ranks": everyone})
+        dist.barrier()  # every rank is done with the measured groups
+        for g in groups.values():
+            dist.destroy_process_group(g)
     return 1 if any(b["wrong"] for r in everyone for b in r["backends"].values()) else 0
 
 

@@ -1,6 +1,6 @@
 """What DeepSpeed's CPU inference_all_reduce does with the cases the benchmark must not time blindly, measured.
 
-    PYTHONPATH=python torchrun --standalone --nproc_per_node=2 benchmarks/probe_deepspeed.py [--json out.json]
+    torchrun --standalone --nproc_per_node=2 benchmarks/probe_deepspeed.py [--json out.json]
     ... --nproc_per_node=4 ...   # adds two 2-rank groups, neither the world
 
 Each case fills rank r's tensor with x(r, i) = (i mod 7) + 1 + 8r (exact in every dtype), calls the API,
@@ -16,12 +16,12 @@ dtype. Kernel calls that need an ISA this CPU lacks are skipped, named.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 
 import torch
 import torch.distributed as dist
+from _common import process_group, run_meta, write_json
 
 from tunedist.bench import contenders as bc
 
@@ -126,20 +126,16 @@ def main() -> int:
     p.add_argument("--json", help="write the cases here (rank 0)")
     args = p.parse_args()
     bc.deepspeed_environment()
-    dist.init_process_group("gloo")
-    dscomm, info = bc.deepspeed_init()
-    world, rank = dist.get_world_size(), dist.get_rank()
-    if rank == 0:
-        print(f"# DeepSpeed {info['version']}, torch {torch.__version__}, world {world}, shm kernel level "
-              f"{info['kernel_level']} (2 avx512bw, 1 avx2), default group {dist.get_backend()}, "
-              f"{platform.processor() or platform.machine()}")
-        print(f"{'case':<34} {'dtype':>9} {'path':>9}  verdict")
-    rows = api_cases(dscomm, world) + kernel_cases(info["kernel_level"], world)
-    if rank == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"world_size": world, "torch": torch.__version__, **info, "cases": rows}, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
+    with process_group("gloo", threads=None) as (rank, world):
+        dscomm, info = bc.deepspeed_init()
+        if rank == 0:
+            print(f"# DeepSpeed {info['version']}, torch {torch.__version__}, world {world}, shm kernel level "
+                  f"{info['kernel_level']} (2 avx512bw, 1 avx2), default group {dist.get_backend()}, "
+                  f"{platform.processor() or platform.machine()}")
+            print(f"{'case':<34} {'dtype':>9} {'path':>9}  verdict")
+        rows = api_cases(dscomm, world) + kernel_cases(info["kernel_level"], world)
+        if rank == 0 and args.json:
+            write_json(args.json, {**run_meta(), **info, "cases": rows})
     return 0
 
 
