@@ -144,7 +144,8 @@ build() {
   local check='import tunedist; print(tunedist.version(), tunedist._C.nccl_build_info())'
   PYTHONPATH="$ROOT/python" "$PY" -X faulthandler -c "$check" && return 0
   local rc=$?
-  # A crash in native code (session 21: a segfault here) gets its native backtrace in this log, so one run says why.
+  # A crash in native code (a segfault while loading _C, say) gets its native backtrace in this log, so one run
+  # says why.
   local debugger
   debugger="$(command -v gdb || command -v cuda-gdb)"
   if [ "$rc" -ge 128 ] && [ -n "$debugger" ]; then

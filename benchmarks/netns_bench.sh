@@ -3,7 +3,7 @@
 # a network namespace, joined by one veth pair whose two ends are shaped with tbf (each end's egress, so both ways).
 #
 #   sudo benchmarks/netns_bench.sh [RATES] [OUT_DIR] [tunedist.bench arguments...]
-#   sudo NETNS_RUNS=3 benchmarks/netns_bench.sh "1gbit 10gbit" docs/records/netns_bench
+#   sudo NETNS_RUNS=3 benchmarks/netns_bench.sh "1gbit 10gbit" netns_out
 #
 # RATES: tc rates, default "1gbit 10gbit"; "unshaped" leaves the veth without a qdisc. OUT_DIR: default
 # netns_bench_out. NETNS_RUNS: runs per rate (default 1). For each rate the script shapes both ends (tbf; tbf_args

@@ -1,6 +1,6 @@
 """Reads netns_bench.sh records and sets tuned's and gloo's all_reduce against the bytes each must put on the link.
 
-    python benchmarks/netns_report.py docs/records/netns_bench            # every <rate>_run<k>.json in it
+    python benchmarks/netns_report.py OUT_DIR          # every <rate>_run<k>.json that netns_bench.sh wrote there
     python benchmarks/netns_report.py a.json b.json ...
 
 Notation: 2 hosts (network namespaces) of L ranks, P = 2L ranks, N = bytes of each rank's buffer, R = the line rate
@@ -22,9 +22,9 @@ total. N each way is also the least any all_reduce can send: each host's result 
 other host's input.
 
 Bound. With both at line rate, gloo takes 2(P - 1)/P x N / R and tuned N / R, so the speedup gloo/tuned is at most
-2(P - 1)/P = 1.5 at 2 x 2 (the figure of issue #14 checks out; a 2x target at 2 x 2 is above it). tuned can beat
-1.5 only where gloo leaves the link idle. "vs bound" is speedup / 1.5; "tuned/line" and "gloo/line" are each
-backend's bytes across per direction per second (N / time, 1.5 N / time) over R.
+2(P - 1)/P = 1.5 at 2 x 2 (a speedup of 2 at 2 x 2 is above it). tuned can beat 1.5 only where gloo leaves the
+link idle. "vs bound" is speedup / 1.5; "tuned/line" and "gloo/line" are each backend's bytes across per direction
+per second (N / time, 1.5 N / time) over R.
 
 The wire check reads netns_wire.py's counts: the bytes the veth transmitted each way per 16 MiB all_reduce, over
 N, against the payload model above (tuned 1, gloo 2(P - 1)/P), and what tuned handed gloo per rank (model 1/L).
