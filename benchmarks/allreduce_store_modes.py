@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
+from _common import per_call_us
 
 import tunedist
 
@@ -57,12 +57,7 @@ def main() -> None:
         memcpy.append(sorted(tunedist._C.copy_gbps(dst, src) for _ in range(3))[1])
         for name, g in groups if rnd % 2 == 0 else groups[::-1]:
             dist.barrier(group=g)
-            calls = []
-            for _ in range(iters):
-                t0 = time.perf_counter()
-                dist.all_reduce(x, group=g)
-                calls.append(time.perf_counter() - t0)
-            times[name].append(statistics.median(calls) * 1e6)
+            times[name].append(per_call_us(lambda g=g: dist.all_reduce(x, group=g), iters))
     if dist.get_rank() == 0:
         print("memcpy " + " ".join(f"{m:.1f}" for m in memcpy))
         for name, v in times.items():
