@@ -190,7 +190,7 @@ def _breakdown_panel(ax, runs: list, unit: str, title: str) -> None:
         if i:
             label += f"\n{base / t['median']:.2f}x the baseline"
         bar_top = max(bar_top, bottom)
-        ax.text(i, bar_top * 1.03, label, ha="center", va="bottom", fontsize=8)
+        ax.text(i, bar_top * 1.03, label, ha="center", va="bottom", fontsize=8 if len(runs) < 4 else 7)
         top = max(top, bar_top)
     ax.set_xticks(range(len(runs)), [r["name"].replace(" + ", "\n+ ").replace(" dist.", "\ndist.")
                                      for r in runs], fontsize=8)
