@@ -1,6 +1,7 @@
 """The main job (examples/main_job/run.py, what `./dev main` runs), shrunk with --quick: every workload's runs produce
 equal results, and the JSON record, the table and the figure have what they promise. Nothing here checks a time."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -120,3 +121,17 @@ def test_percentiles_and_the_table_marks_a_mismatch():
               "load": {"start": [0.0, 0.0, 0.0]}, "workloads": {}}
     last = report.table(record).splitlines()[3]
     assert last.split()[-1] == "NO" and "2.00x" in last
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
+def test_tp_decode_with_deepspeed(tmp_path):
+    """Where DeepSpeed is installed, its inference_all_reduce is a fourth contender: its shared-memory kernel runs
+    (no fallback to torch.distributed) and it generates the same tokens as the others."""
+    out = tmp_path / "tp.json"
+    rc, text = _torchrun("--quick", "--workloads", "tp_decode", "--deepspeed", "on", "--json", str(out))
+    assert rc == 0, text[-8000:]
+    w = json.loads(out.read_text())["workloads"]["tp_decode"]
+    assert [r["name"] for r in w["runs"]][-1] == "DeepSpeed" and w["check"]["matched"] is True
+    assert w["deepspeed"]["kernel_calls"] > 0 and w["deepspeed"]["fallback_calls"] == 0, w["deepspeed"]
+    assert len({tuple(r["generated"]) for r in w["runs"]}) == 1
+    assert "DeepSpeed -> tunedist.all_reduce" in text
