@@ -99,7 +99,7 @@ struct ShmOptions {
   // The start-up sweep removes only names of dead jobs at least this old: a younger one may belong to a job that
   // is still attaching.
   std::chrono::seconds sweepMinAge = kDefaultSweepMinAge;
-  // Symmetric buffers (shm/heap.h, shm/symmetric/): collectives of at least this many bytes on buffers from the
+  // Symmetric buffers (shm/heap.h, shm/zero_copy/): collectives of at least this many bytes on buffers from the
   // group's symmetric heap run zero-copy; smaller ones take the copying path, whose one-shot algorithm needs one
   // synchronisation where the zero-copy ones need two. Unset: symmetricMinBytesFor() chooses per group.
   std::optional<size_t> symmetricMinBytes;

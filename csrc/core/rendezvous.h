@@ -1,5 +1,5 @@
 // Rendezvous: the key-value exchange the engine uses to set up a group (segment names, host keys, abort reasons):
-// c10d::Store in the backend (backend/store_rendezvous.h), an in-memory map in the engine's tests. Every key the
+// c10d::Store in the backend (backend/cpu/store_rendezvous.h), an in-memory map in the engine's tests. Every key the
 // project writes is named in core/store_keys.h.
 #pragma once
 

@@ -47,7 +47,7 @@ bool rangesOverlap(const void* a, const void* b, size_t bytes);
 // The streaming copy (and what the benchmark's memcpy_gbps measures): from 16 KiB up, the AVX2/AVX-512 levels write
 // with non-temporal stores (no read-for-ownership of dst) and end with an sfence, so a following release store
 // publishes the data. The collectives use it to copy out of a peer's slot into a user's tensor when a rank receives
-// more than ShmOptions::cachedCopyMaxBytes in the operation (ShmComm::copyOut), except the two-shot all-reduce,
+// more than ShmOptions::cachedCopyMaxBytes in the operation (shm/rounds.h copyOut), except the two-shot all-reduce,
 // whose chunks are one slot: cached there measured ~15% faster at 16 MiB. dst == src is a
 // no-op; otherwise the ranges must not overlap.
 void copyBytes(void* dst, const void* src, size_t bytes);

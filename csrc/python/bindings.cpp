@@ -241,7 +241,7 @@ PYBIND11_MODULE(_C, m) {
           return d;  // no operation has run yet
         }
         using tunedist::shm::RoundStoreChooser;
-        using tunedist::shm::ShmComm;
+        using tunedist::shm::StorePolicy;
         d["mode"] = tunedist::shm::slotStoresName(comm->options().slotStores);
         const auto& copyIn = comm->slotCopyIn();
         py::dict other;
@@ -250,16 +250,16 @@ PYBIND11_MODULE(_C, m) {
         other["samples"] = copyIn.chooser().samples();
         d["other_ops"] = other;
         py::list rounds;
-        const std::pair<ShmComm::RoundFamily, const char*> families[] = {
-            {ShmComm::kOneShotAllreduce, "all_reduce"},
-            {ShmComm::kTwoShotAllreduce, "all_reduce_two_shot"},
-            {ShmComm::kAllgather, "all_gather"},
-            {ShmComm::kReduceScatter, "reduce_scatter"},
-            {ShmComm::kBroadcast, "broadcast"},
-            {ShmComm::kReduce, "reduce"},
-            {ShmComm::kGather, "gather"},
-            {ShmComm::kScatter, "scatter"},
-            {ShmComm::kAlltoall, "all_to_all"}};
+        const std::pair<StorePolicy::Family, const char*> families[] = {
+            {StorePolicy::kOneShotAllreduce, "all_reduce"},
+            {StorePolicy::kTwoShotAllreduce, "all_reduce_two_shot"},
+            {StorePolicy::kAllgather, "all_gather"},
+            {StorePolicy::kReduceScatter, "reduce_scatter"},
+            {StorePolicy::kBroadcast, "broadcast"},
+            {StorePolicy::kReduce, "reduce"},
+            {StorePolicy::kGather, "gather"},
+            {StorePolicy::kScatter, "scatter"},
+            {StorePolicy::kAlltoall, "all_to_all"}};
         for (const auto& [family, name] : families) {
           const RoundStoreChooser& c = comm->roundStoreChooser(family);
           for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {

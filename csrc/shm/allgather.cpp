@@ -2,11 +2,12 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "shm/comm.h"
+#include "shm/algorithms.h"
+#include "shm/rounds.h"
 
 namespace tunedist::shm {
 
-// all_gather / gather (gatherTo, gather.cpp), per chunk of one slot:
+// all_gather / gather (gatherBody, gather.cpp), per chunk of one slot:
 //   1. copy our chunk into our slot (and, from ShmOptions::fusedOwnCopyMinBytes, into our own output block in the
 //      same pass: the input is read once);
 //   2. publish; copy our own chunk straight from the input into our output block unless step 1 did; wait for all;
@@ -16,8 +17,8 @@ namespace tunedist::shm {
 // copyBytesTwice). An input that partially overlaps its own output block instead has that block copied after the last
 // round (the backend clones an input that overlaps a peer's block: ops::unaliasedSource); one that is exactly its block
 // (FSDP2's in-place all-gather) needs no copy.
-void ShmComm::allgather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs) {
-  gatherTo(ctx, in, bytes, outs, -1);
+void allgather(Rounds& r, const OpContext& ctx, const void* in, size_t bytes, void* const* outs) {
+  r.run(ctx, makeDesc(OpCode::kAllgather, ctx.seq, bytes, -1), [&] { gatherBody(r, ctx, in, bytes, outs, -1); });
 }
 
 }  // namespace tunedist::shm

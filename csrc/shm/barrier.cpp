@@ -1,14 +1,15 @@
 // barrier: one round with no data.
-#include "shm/comm.h"
+#include "shm/algorithms.h"
+#include "shm/rounds.h"
 
 namespace tunedist::shm {
 
 // barrier: one round with no data; returns once every rank has entered it.
-void ShmComm::barrier(const OpContext& ctx) {
-  runOp(ctx, makeDesc(OpCode::kBarrier, ctx.seq, 0, -1), [&] {
-    int b = beginRound(ctx);
-    waitAll(ctx, publish(ctx));
-    releaseBuffer(b);
+void barrier(Rounds& r, const OpContext& ctx) {
+  r.run(ctx, makeDesc(OpCode::kBarrier, ctx.seq, 0, -1), [&] {
+    int b = r.beginRound(ctx);
+    r.waitAll(ctx, r.publish(ctx));
+    r.releaseBuffer(b);
   });
 }
 

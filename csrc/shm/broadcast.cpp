@@ -3,7 +3,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "shm/comm.h"
+#include "shm/algorithms.h"
+#include "shm/rounds.h"
 
 namespace tunedist::shm {
 
@@ -15,34 +16,34 @@ namespace tunedist::shm {
 //   3. the others copy the chunk out of the root's slot (plain stores while all readers together receive at
 //      most ShmOptions::broadcastCachedCopyMaxBytes).
 // Double buffering lets the root fill the next chunk while the others still copy the previous one.
-void ShmComm::broadcast(const OpContext& ctx, void* buf, size_t bytes, int root) {
-  TD_CHECK(root >= 0 && root < size_, "tunedist: broadcast (seq ", ctx.seq, ") on rank ", rank_, ": root ", root,
-           " is outside the group of ", size_);
-  runOp(ctx, makeDesc(OpCode::kBroadcast, ctx.seq, bytes, root), [&] { broadcastBody(ctx, buf, bytes, root); });
+void broadcast(Rounds& r, const OpContext& ctx, void* buf, size_t bytes, int root) {
+  TD_CHECK(root >= 0 && root < r.size(), "tunedist: broadcast (seq ", ctx.seq, ") on rank ", r.rank(), ": root ", root,
+           " is outside the group of ", r.size());
+  r.run(ctx, makeDesc(OpCode::kBroadcast, ctx.seq, bytes, root), [&] { broadcastBody(r, ctx, buf, bytes, root); });
 }
 
-void ShmComm::broadcastBody(const OpContext& ctx, void* buf, size_t bytes, int root) {
+void broadcastBody(Rounds& r, const OpContext& ctx, void* buf, size_t bytes, int root) {
   char* data = static_cast<char*>(buf);
-  const size_t chunk = options_.slotBytes;
-  RoundStores stores(*this, kBroadcast, bytes, size_ > 1);
+  const size_t chunk = r.options().slotBytes;
+  auto stores = r.stores(StorePolicy::kBroadcast, bytes);
   for (size_t off = 0; off < bytes || off == 0; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
-    int b = beginRound(ctx);
+    int b = r.beginRound(ctx);
     // With no peer (a group of one) nobody reads the slot; a small one is read from memory faster than from the
     // root's cache (ShmOptions::broadcastStreamBelowBytes).
-    if (rank_ == root && size_ > 1) {
-      if (!stores.active() && bytes < options_.broadcastStreamBelowBytes) {
-        slotCopy_.copyStreamingUnlessForced(slot(root, b), data + off, n);
+    if (r.rank() == root && r.size() > 1) {
+      if (!stores.active() && bytes < r.options().broadcastStreamBelowBytes) {
+        stores.copyInStreaming(r.slot(root, b), data + off, n);
       } else {
-        copyIntoSlot(slot(root, b), data + off, n);
+        stores.copyIn(r.slot(root, b), data + off, n);
       }
     }
     // Step 1/1: the root's slot holds bytes [off, off+n).
-    waitAll(ctx, publish(ctx));
-    if (rank_ != root) {
-      copyOut(data + off, slot(root, b), n, bytes * size_t(size_ - 1), options_.broadcastCachedCopyMaxBytes);
+    r.waitAll(ctx, r.publish(ctx));
+    if (r.rank() != root) {
+      copyOut(data + off, r.slot(root, b), n, bytes * size_t(r.size() - 1), r.options().broadcastCachedCopyMaxBytes);
     }
-    releaseBuffer(b);
+    r.releaseBuffer(b);
     if (bytes == 0) {
       break;
     }

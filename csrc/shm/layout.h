@@ -27,11 +27,11 @@ constexpr size_t kAbortReasonBytes = 1024;
 // What every rank says it is doing in a given operation; compared across ranks at the first step of each
 // operation so that disagreeing ranks all fail with the same clear error instead of exchanging garbage.
 //
-// probeRequest is not compared: every rank reads every rank's (ShmComm::checkDescs). The symmetric fields are not
+// probeRequest is not compared: every rank reads every rank's (Rounds::checkDescs). The symmetric fields are not
 // compared either: they say where this rank's buffer sits in its symmetric heap (the
-// zero-copy engine, shm/symmetric/). Ranks run the zero-copy algorithm only when every rank's buffer is symmetric;
+// zero-copy collectives, shm/zero_copy/). Ranks run the zero-copy algorithm only when every rank's buffer is symmetric;
 // when some are and some are not, every rank sees that in the first round and all restart the operation on the
-// copying algorithm (ShmComm::runOp).
+// copying algorithm (Rounds::run).
 struct OpDesc {
   uint64_t seq;          // per-group operation sequence number
   uint64_t count;        // agreed element or byte count (0 where ranks may legitimately differ)

@@ -38,7 +38,7 @@
 // wrong mode at 1.7x the time. So each rank also times its operations of at least kDriftMinBytes between windows, and
 // when the median of kDriftOps in a row costs more than kDriftFactor x its own last window median of the kept mode,
 // it asks for a window (probeWanted). The ask travels in that rank's descriptor of its next operation of the class,
-// which every rank reads at that operation's first wait (ShmComm::checkDescs), so every rank starts the window at the
+// which every rank reads at that operation's first wait (Rounds::checkDescs), so every rank starts the window at the
 // same next operation of the class (startWindowNext): the schedule stays the same on every rank.
 #pragma once
 

@@ -1,7 +1,7 @@
 """Symmetric CPU buffers: tensors from a `tuned` group's symmetric heap.
 
 Every rank's symmetric tensors live in shared memory its peers on the host map, so a collective on them reads and
-writes the peers' buffers directly instead of copying through the group's slots (zero-copy; ``csrc/shm/symmetric``).
+writes the peers' buffers directly instead of copying through the group's slots (zero-copy; ``csrc/shm/zero_copy``).
 FSDP2 uses them for its all-gather and reduce-scatter staging buffers when asked to
 (``model.set_allocate_memory_from_process_group_for_comm(True)``); call the functions below to use them in your own
 collectives (tensor-parallel inference, custom training loops)::

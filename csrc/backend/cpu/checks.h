@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/engine/tensors.h"
 #include "core/types.h"
 #include "kernels/reduce.h"
 
@@ -24,9 +25,11 @@ void checkRoot(int64_t root, int size, const char* op);
 void checkCpuDense(const at::Tensor& t, const char* op, const char* what);
 // Same dtype and element count as `ref`; throws naming both.
 void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* what);
-size_t tensorBytes(const at::Tensor& t);
-// True if the storage bytes of `a` and `b` overlap.
-bool overlaps(const at::Tensor& a, const at::Tensor& b);
+// The engines' tensor helpers (backend/engine/tensors.h), under the names the entry points use.
+using tunedist::copyBack;
+using tunedist::overlaps;
+using tunedist::staged;
+using tunedist::tensorBytes;
 
 // `src`, or a copy of it when it overlaps the block of another rank in `blocks` (blocks[p] receives rank p's data),
 // so peers' data cannot overwrite it before it is sent. A source that is exactly our own block stays in place
@@ -36,13 +39,5 @@ at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>&
 // `count` equal, consecutive 1-D slices of the contiguous tensor `t` (blocks of an all-gather output or a
 // reduce-scatter input), aliasing t's bytes; cheap enough to make per call.
 std::vector<at::Tensor> flatSlices(const at::Tensor& t, int count);
-
-// A contiguous tensor with t's values: t itself when contiguous, else a copy (to copy back with copyBack()).
-inline at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
-inline void copyBack(const at::Tensor& t, const at::Tensor& s) {
-  if (!t.is_same(s)) {
-    t.copy_(s);
-  }
-}
 
 }  // namespace tunedist::ops

@@ -6,8 +6,8 @@
 
 #include <utility>
 
+#include "backend/cpu/store_rendezvous.h"
 #include "backend/engine/hier/p2p.h"
-#include "backend/store_rendezvous.h"
 #include "shm/p2p/engine.h"
 #include "topology/host_discovery.h"
 
@@ -65,7 +65,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::endCoalescing() {
 }
 
 CrossHostStats CpuBackend::crossHostStats() const {
-  return layoutReady_.load(std::memory_order_acquire) && cross_ ? cross_->stats() : CrossHostStats{};
+  return layoutReady_.load(std::memory_order_acquire) ? engine_->crossHostStats() : CrossHostStats{};
 }
 
 void CpuBackend::abort() {

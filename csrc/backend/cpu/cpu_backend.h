@@ -8,7 +8,8 @@
 // engine over every rank's shared memory, whose segment every rank must open (that verifies the host); on several
 // hosts a HierHost engine (one ShmComm per host under its own store prefix, gloo between hosts), and the first
 // collective verifies every host with a probe segment before anything else runs. Send and receive bypass the
-// executor: a shared-memory P2pEngine for peers on this host, gloo pairs for peers on other hosts (p2p.cpp).
+// executor: they go to the HostP2p engine made beside the collectives' (OneHostP2p on one host, HierP2p on several:
+// shared-memory rings for peers on this host, gloo pairs for the others; p2p.cpp).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -22,9 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/executor.h"
 #include "backend/engine/hier/cross_host.h"
 #include "backend/engine/host_collectives.h"
-#include "backend/executor.h"
+#include "backend/engine/host_p2p.h"
 #include "core/options.h"
 #include "shm/heap.h"
 #include "topology/host_topology.h"
@@ -35,11 +37,7 @@ namespace tunedist {
 class StoreRendezvous;
 namespace shm {
 class HostDiscovery;
-class P2pEngine;
 }  // namespace shm
-namespace hier {
-class CrossHostP2p;
-}
 
 class CpuBackend : public c10d::Backend {
  public:
@@ -174,11 +172,8 @@ class CpuBackend : public c10d::Backend {
 
   // Point-to-point (p2p.cpp).
   c10::intrusive_ptr<c10d::Work> startRecv(const at::Tensor& t, int srcRank, int tag);
-  // The P2pEngine's rank for group rank `peer` (its position on this host), or -1 for a peer on another host.
-  int enginePeer(int peer, const char* op);
-  // The group rank at shared-memory position `local` of this rank's host.
-  int groupRankOnHost(int local) const;
-  hier::CrossHostP2p& crossP2p();
+  // The send/recv engine, once the group's layout is known (made with the collectives' engine).
+  HostP2p& p2pEngine();
 
   c10::intrusive_ptr<c10d::Store> store_;
   Options options_;  // timeout under optionsMutex_
@@ -195,9 +190,7 @@ class CpuBackend : public c10d::Backend {
   std::string pendingAbort_;  // an abort() before the engines existed, under topoMutex_
   std::unique_ptr<HostCollectives> engine_;
   std::shared_ptr<shm::SymmetricHeap> heap_;
-  std::shared_ptr<CrossHost> cross_;  // a group that spans several hosts only
-  std::unique_ptr<shm::P2pEngine> p2p_;
-  std::unique_ptr<hier::CrossHostP2p> crossP2p_;  // under topoMutex_
+  std::unique_ptr<HostP2p> p2p_;
   std::atomic<uint64_t> p2pSeq_{0};
   std::atomic<uint64_t> monitoredBarriers_{0};  // calls so far: each call's store keys carry its number
 };

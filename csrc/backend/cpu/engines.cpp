@@ -3,10 +3,11 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/store_rendezvous.h"
 #include "backend/engine/hier/hier_host.h"
-#include "backend/engine/hier/p2p.h"
+#include "backend/engine/hier/hier_p2p.h"
+#include "backend/engine/one_host_p2p.h"
 #include "backend/engine/symmetric_host.h"
-#include "backend/store_rendezvous.h"
 #include "core/store_keys.h"
 #include "shm/layout.h"
 #include "shm/p2p/engine.h"
@@ -40,7 +41,7 @@ void CpuBackend::makeEngines(const shm::HostLayout& layout) {
     // Every rank, the group's own store keys.
     engine_ = std::make_unique<SymmetricHost>(std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options.shm,
                                                                              heap_));
-    p2p_ = std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options.shm);
+    p2p_ = std::make_unique<OneHostP2p>(std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options.shm));
     return;
   }
   // Several hosts: collectives copy, so nobody maps this rank's heap chunks; their names can go now.
@@ -50,11 +51,13 @@ void CpuBackend::makeEngines(const shm::HostLayout& layout) {
   const int localSize = int(layout.hosts[size_t(host)].size());
   auto hostStore = c10::make_intrusive<c10d::PrefixStore>(keys::hostPrefix(host), store_);
   auto hostRendezvous = std::make_shared<StoreRendezvous>(hostStore);
-  cross_ = std::make_shared<CrossHost>(store_, rank_, layout, options.glooFactory, options.timeout);
-  engine_ = std::make_unique<HierHost>(cross_,
+  auto cross = std::make_shared<CrossHost>(store_, rank_, layout, options.glooFactory, options.timeout);
+  engine_ = std::make_unique<HierHost>(cross,
                                        std::make_unique<shm::ShmComm>(hostRendezvous, local, localSize, options.shm),
                                        options.crossHost);
-  p2p_ = std::make_unique<shm::P2pEngine>(hostRendezvous, local, localSize, options.shm);
+  p2p_ = std::make_unique<hier::HierP2p>(rank_, std::move(cross),
+                                         std::make_unique<shm::P2pEngine>(hostRendezvous, local, localSize,
+                                                                          options.shm));
 }
 
 void CpuBackend::prepareCollective(const shm::OpContext& ctx) {
@@ -103,28 +106,9 @@ const shm::ShmComm* CpuBackend::hostComm() const {
   return layoutReady_.load(std::memory_order_acquire) ? &engine_->hostComm() : nullptr;
 }
 
-int CpuBackend::enginePeer(int peer, const char* op) {
-  const auto& layout = hostLayout(std::chrono::steady_clock::now() + effectiveTimeout(c10d::kUnsetTimeout));
-  if (peer < 0) {
-    TORCH_CHECK(layout.oneHost(), "tunedist: ", op, " from any source on rank ", rank_,
-                ": this group spans several hosts, where a receive must name its source rank");
-    return -1;
-  }
-  return layout.hostOf[size_t(peer)] == layout.hostOf[size_t(rank_)] ? layout.localRankOf[size_t(peer)] : -1;
-}
-
-int CpuBackend::groupRankOnHost(int local) const {
-  const auto& layout = *layout_;
-  return layout.rankAt(layout.hostOf[size_t(rank_)], local);
-}
-
-hier::CrossHostP2p& CpuBackend::crossP2p() {
-  std::lock_guard<std::mutex> lock(topoMutex_);
-  TORCH_INTERNAL_ASSERT(cross_ != nullptr);
-  if (!crossP2p_) {
-    crossP2p_ = std::make_unique<hier::CrossHostP2p>(cross_);
-  }
-  return *crossP2p_;
+HostP2p& CpuBackend::p2pEngine() {
+  hostLayout(std::chrono::steady_clock::now() + effectiveTimeout(c10d::kUnsetTimeout));
+  return *p2p_;
 }
 
 }  // namespace tunedist

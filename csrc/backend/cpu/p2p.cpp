@@ -1,5 +1,5 @@
-// send, recv and recvAnysource: the c10d entry points of the point-to-point engines (shm::P2pEngine for peers on
-// this host, hier::CrossHostP2p over gloo for peers on other hosts).
+// send, recv and recvAnysource: the c10d entry points of the point-to-point engine (HostP2p,
+// backend/engine/host_p2p.h).
 //
 // Unlike the collectives these do not go through the executor: the engine's own progress thread moves the bytes,
 // and the Work completes from its Done callback. So a blocked receive never holds up the collectives queued behind
@@ -12,8 +12,7 @@
 
 #include "backend/cpu/checks.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/engine/hier/p2p.h"
-#include "shm/p2p/engine.h"
+#include "backend/engine/host_p2p.h"
 
 namespace tunedist {
 namespace {
@@ -44,7 +43,7 @@ void checkPeer(int peer, int rank, int size, const char* op, const char* role) {
 
 // Completes `work` from the engine's callback; `finish` (may be empty) runs first on success, e.g. to copy a
 // staged receive back into the caller's tensor.
-shm::P2pEngine::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish) {
+HostP2p::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish) {
   return [work = std::move(work), setSource, finish = std::move(finish)](std::exception_ptr error, int peer) {
     if (error == nullptr && finish) {
       try {
@@ -97,20 +96,9 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int sr
   } else {
     copyBack = [staged] {};  // keeps the tensor's storage alive until the bytes are in
   }
-  const int local = enginePeer(srcRank, kRecv);
+  HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (srcRank >= 0 && local < 0) {
-    post(work, [&] { crossP2p().irecv(srcRank, tag, staged, deadline, completion(work, true, std::move(copyBack))); });
-    return work;
-  }
-  // The engine reports its own positions: name the group rank instead.
-  auto done = completion(work, true, std::move(copyBack));
-  post(work, [&] {
-    p2p_->irecv(local, tag, staged.data_ptr(), ops::tensorBytes(staged), deadline,
-                [this, done](std::exception_ptr error, int peer) {
-                  done(std::move(error), peer < 0 ? peer : groupRankOnHost(peer));
-                });
-  });
+  post(work, [&] { engine.irecv(srcRank, tag, staged, deadline, completion(work, true, std::move(copyBack))); });
   return work;
 }
 
@@ -128,16 +116,9 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors
                                              std::vector<at::Tensor>{t}, tensors, timeout);
   executor_->trackWork(work);
   // The callback holds `staged`, so a copy lives until its bytes are out.
-  const int local = enginePeer(dstRank, kSend);
+  HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (local < 0) {
-    post(work, [&] { crossP2p().isend(dstRank, tag, staged, deadline, completion(work, false, [staged] {})); });
-    return work;
-  }
-  post(work, [&] {
-    p2p_->isend(local, tag, staged.data_ptr(), ops::tensorBytes(staged), deadline,
-                completion(work, false, [staged] {}));
-  });
+  post(work, [&] { engine.isend(dstRank, tag, staged, deadline, completion(work, false, [staged] {})); });
   return work;
 }
 

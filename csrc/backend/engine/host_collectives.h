@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,13 @@
 #include "shm/comm.h"
 
 namespace tunedist {
+
+// What a rank handed to gloo between hosts (HierHost); all zero on one host.
+struct CrossHostStats {
+  uint64_t dataBytes = 0;  // payload bytes this rank handed to gloo (all-reduce spans, broadcasts, ...)
+  uint64_t metaBytes = 0;  // bytes of metadata agreement
+  uint64_t glooOps = 0;
+};
 
 class HostCollectives {
  public:
@@ -57,6 +65,8 @@ class HostCollectives {
   virtual size_t reservedShmBytes() const = 0;
   // The shared-memory communicator of this host's ranks, for its statistics (read between operations).
   virtual const shm::ShmComm& hostComm() const = 0;
+  // Bytes and operations this rank handed to gloo (several hosts only).
+  virtual CrossHostStats crossHostStats() const { return {}; }
 };
 
 }  // namespace tunedist

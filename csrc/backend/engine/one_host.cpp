@@ -1,6 +1,6 @@
 #include "backend/engine/one_host.h"
 
-#include "backend/cpu/checks.h"
+#include "backend/engine/tensors.h"
 
 namespace tunedist {
 namespace {
@@ -22,7 +22,7 @@ void OneHost::allreduce(const shm::OpContext& ctx, const at::Tensor& t, const sh
 }
 
 void OneHost::broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) {
-  comm_->broadcast(ctx, t.data_ptr(), ops::tensorBytes(t), root);
+  comm_->broadcast(ctx, t.data_ptr(), tensorBytes(t), root);
 }
 
 void OneHost::reduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args, int root) {
@@ -30,16 +30,16 @@ void OneHost::reduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::
 }
 
 void OneHost::allgather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
-  comm_->allgather(ctx, in.data_ptr(), ops::tensorBytes(in), pointers<void*>(blocks, comm_->size()).data());
+  comm_->allgather(ctx, in.data_ptr(), tensorBytes(in), pointers<void*>(blocks, comm_->size()).data());
 }
 
 void OneHost::gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks, int root) {
-  comm_->gather(ctx, in.data_ptr(), ops::tensorBytes(in), pointers<void*>(blocks, comm_->size()).data(), root);
+  comm_->gather(ctx, in.data_ptr(), tensorBytes(in), pointers<void*>(blocks, comm_->size()).data(), root);
 }
 
 void OneHost::scatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
                       int root) {
-  comm_->scatter(ctx, pointers<const void*>(blocks, comm_->size()).data(), out.data_ptr(), ops::tensorBytes(out), root);
+  comm_->scatter(ctx, pointers<const void*>(blocks, comm_->size()).data(), out.data_ptr(), tensorBytes(out), root);
 }
 
 // The engine reads every block while it writes `out`: a block that overlaps `out` is read from a copy, except our
@@ -52,8 +52,8 @@ void OneHost::reduceScatter(const shm::OpContext& ctx, const std::vector<at::Ten
   for (size_t p = 0; p < blocks.size(); ++p) {
     const bool exactOwn = int(p) == comm_->rank() && blocks[p].data_ptr() == out.data_ptr() &&
                           blocks[p].is_contiguous();
-    const bool clash = !exactOwn && ops::overlaps(blocks[p], out);
-    staged.push_back(clash ? blocks[p].contiguous().clone() : ops::staged(blocks[p]));
+    const bool clash = !exactOwn && overlaps(blocks[p], out);
+    staged.push_back(clash ? blocks[p].contiguous().clone() : tunedist::staged(blocks[p]));
     ptrs.push_back(staged.back().data_ptr());
   }
   comm_->reduceScatter(ctx, ptrs.data(), out.data_ptr(), size_t(out.numel()), args);

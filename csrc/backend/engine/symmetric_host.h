@@ -1,15 +1,17 @@
 // SymmetricHost: the HostCollectives of a one-host group whose ranks may allocate from a symmetric heap
-// (shm/heap.h; Backend::allocateTensor, tunedist.symmetric_empty). A collective whose buffer lies in this rank's
-// heap, large enough to gain (ShmOptions::symmetricMinBytesFor), runs the zero-copy algorithm (shm/symmetric/), which
-// reads and writes peers' buffers directly; every other call is the copying engine's (OneHost). Ranks need not
-// decide alike: the first round agrees, and when some buffers are symmetric and some not, every rank runs the
-// copying algorithm (ShmComm::runOp).
+// (shm/heap.h; Backend::allocateTensor, tunedist.symmetric_empty): zero-copy, else copying. A collective whose buffer
+// lies in this rank's heap, large enough to gain (ShmOptions::symmetricMinBytesFor), runs on the communicator's
+// zero-copy collectives (shm/zero_copy/), which read and write peers' buffers directly; every other call is the
+// copying engine's (OneHost). Ranks need not decide alike: the group votes at the operation's first round, and when
+// some buffers are symmetric and some not, every rank runs the copying algorithm
+// (ZeroCopyCollectives::runVoted).
 #pragma once
 
 #include <memory>
 
 #include "backend/engine/one_host.h"
 #include "shm/heap.h"
+#include "shm/zero_copy/zero_copy.h"
 
 namespace tunedist {
 
@@ -44,15 +46,17 @@ class SymmetricHost final : public HostCollectives {
   const shm::ShmComm& hostComm() const override { return copying_.hostComm(); }
 
  private:
-  // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation is large enough to gain.
-  bool symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref) const {
-    return symmetric(ptr, bytes, ref, minBytes_);
+  // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation is large enough to gain
+  // (ZeroCopyCollectives::accepts).
+  bool zeroCopy(const void* ptr, size_t bytes, shm::HeapRef* ref, size_t minBytes) const {
+    return zeroCopy_ != nullptr && zeroCopy_->accepts(ptr, bytes, minBytes, ref);
   }
-  bool symmetric(const void* ptr, size_t bytes, shm::HeapRef* ref, size_t minBytes) const;
   // Whether blocks[p] are consecutive contiguous pieces of one buffer that starts at blocks[0], each `bytes` long.
   static bool consecutive(const std::vector<at::Tensor>& blocks, size_t bytes);
 
-  shm::ShmComm* comm_;
+  // The copying engine's communicator's zero-copy collectives (null without a heap).
+  shm::ZeroCopyCollectives* zeroCopy_;
+  int rank_;
   size_t minBytes_;           // ShmOptions::symmetricMinBytesFor(ranks)
   size_t broadcastMinBytes_;  // ShmOptions::symmetricBroadcastMinBytesFor(ranks)
   OneHost copying_;

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "core/options.h"
-#include "shm/comm.h"
+#include "core/rendezvous.h"
 
 namespace tunedist::shm {
 

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "backend/executor.h"
+#include "backend/cpu/executor.h"
 #include "scoped_env.h"
 
 namespace {

@@ -285,7 +285,7 @@ TEST_CASE("round stores: one rank's ask starts the window on every rank at the s
       std::vector<float> in(count, float(r + 1)), out(count);
       for (uint64_t i = 0; i < ops; ++i) {
         if (i == askAt && r == size - 1) {
-          p.comm.roundStoreChooser(ShmComm::kOneShotAllreduce).askForWindow(cls);
+          p.comm.roundStoreChooser(shm::StorePolicy::kOneShotAllreduce).askForWindow(cls);
         }
         p.comm.allreduce(p.op("all_reduce"), in.data(), out.data(), count, floatSum());
         const float want = float(size * (size + 1) / 2);
@@ -293,7 +293,7 @@ TEST_CASE("round stores: one rank's ask starts the window on every rank at the s
           failAt(detail::str("all_reduce op ", i), r, 0, out[0], want);
         }
       }
-      windows[size_t(r)] = p.comm.roundStoreChooser(ShmComm::kOneShotAllreduce).windows(cls);
+      windows[size_t(r)] = p.comm.roundStoreChooser(shm::StorePolicy::kOneShotAllreduce).windows(cls);
     });
   }));
   for (int r = 0; r < size; ++r) {
@@ -428,18 +428,19 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
       }
       // The auto ranks timed real operations in both modes of every family: two windows each, with their medians.
       if (o.slotStores == shm::SlotStores::kAuto) {
-        const auto allreduce = manyRounds ? ShmComm::kTwoShotAllreduce : ShmComm::kOneShotAllreduce;
-        for (auto family : {allreduce, ShmComm::kAllgather, ShmComm::kReduceScatter, ShmComm::kBroadcast,
-                            ShmComm::kReduce, ShmComm::kGather, ShmComm::kScatter, ShmComm::kAlltoall}) {
+        const auto allreduce = manyRounds ? shm::StorePolicy::kTwoShotAllreduce : shm::StorePolicy::kOneShotAllreduce;
+        for (auto family : {allreduce, shm::StorePolicy::kAllgather, shm::StorePolicy::kReduceScatter,
+                            shm::StorePolicy::kBroadcast, shm::StorePolicy::kReduce, shm::StorePolicy::kGather,
+                            shm::StorePolicy::kScatter, shm::StorePolicy::kAlltoall}) {
           const RoundStoreChooser& c = p.comm.roundStoreChooser(family);
           // What each family's size class counts: all a rank writes into its slot, the scatter root's peer blocks,
           // all_to_all's P x the largest block.
           size_t classBytes = bytes;
-          if (family == ShmComm::kReduceScatter) {
+          if (family == shm::StorePolicy::kReduceScatter) {
             classBytes = rsCount * sizeof(float) * size_t(size - 1);
-          } else if (family == ShmComm::kScatter) {
+          } else if (family == shm::StorePolicy::kScatter) {
             classBytes = bytes * size_t(size - 1);
-          } else if (family == ShmComm::kAlltoall) {
+          } else if (family == shm::StorePolicy::kAlltoall) {
             classBytes = bytes * size_t(size);
           }
           const int cls = RoundStoreChooser::classOf(classBytes);
@@ -450,7 +451,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
           picks[size_t(r)].push_back(c.streaming(cls) ? 1 : 0);
         }
         // The all_reduce algorithm that did not run timed nothing.
-        const auto other = manyRounds ? ShmComm::kOneShotAllreduce : ShmComm::kTwoShotAllreduce;
+        const auto other = manyRounds ? shm::StorePolicy::kOneShotAllreduce : shm::StorePolicy::kTwoShotAllreduce;
         for (int cls = 0; cls < RoundStoreChooser::kClasses; ++cls) {
           if (p.comm.roundStoreChooser(other).windows(cls) != 0) {
             failCheck("rank ", r, ": the all_reduce family ", int(other), " that never ran has windows in class ", cls);
@@ -458,7 +459,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
         }
       } else {
         for (int family = 0; family < shm::kRoundFamilies; ++family) {
-          if (p.comm.roundStoreChooser(ShmComm::RoundFamily(family)).windows(1) != 0) {
+          if (p.comm.roundStoreChooser(shm::StorePolicy::Family(family)).windows(1) != 0) {
             failCheck("rank ", r, " with slot stores ", int(o.slotStores), " ran the round chooser of family ",
                       int(family));
           }

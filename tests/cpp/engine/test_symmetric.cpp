@@ -1,4 +1,4 @@
-// The symmetric heap (shm/heap.h) and the zero-copy collectives (shm/symmetric/): the allocator's reuse, bounds and
+// The symmetric heap (shm/heap.h) and the zero-copy collectives (shm/zero_copy/): the allocator's reuse, bounds and
 // errors; zero-copy results bit-identical to the copying algorithms at every world size and count; ranks that
 // disagree on symmetry all restarting on the copying path; chunk names gone once every peer mapped them.
 #include <catch2/catch.hpp>
@@ -8,6 +8,7 @@
 #include <random>
 
 #include "shm/heap.h"
+#include "shm/zero_copy/zero_copy.h"
 #include "shm_test_util.h"
 
 namespace tunedist::test {
@@ -186,7 +187,7 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
       auto* sym = static_cast<float*>(heap.allocate(std::max<size_t>(bytes, 1)));
       std::copy(input.begin(), input.end(), sym);
       std::vector<float> plain = input;
-      p.comm.allreduceSymmetric(p.op("all_reduce"), sym, refOf(heap, sym, bytes), count, floatSum());
+      p.comm.zeroCopy()->allreduce(p.op("all_reduce"), sym, refOf(heap, sym, bytes), count, floatSum());
       p.comm.allreduce(p.op("all_reduce"), plain.data(), plain.data(), count, floatSum());
       if (bytes > 0 && std::memcmp(sym, plain.data(), bytes) != 0) {
         failCheck("all_reduce ", what, ": rank ", r, ": zero-copy and copying results differ");
@@ -197,8 +198,8 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
       auto* out = static_cast<uint8_t*>(heap.allocate(std::max<size_t>(bytes * size_t(p.size()), 1)));
       const std::vector<uint8_t> mine = patternBytes(r, bytes, 5);
       std::copy(mine.begin(), mine.end(), out + size_t(r) * bytes);
-      p.comm.allgatherSymmetric(p.op("all_gather"), out + size_t(r) * bytes, bytes, out,
-                                refOf(heap, out, bytes * size_t(p.size())));
+      p.comm.zeroCopy()->allgather(p.op("all_gather"), out + size_t(r) * bytes, bytes, out,
+                                   refOf(heap, out, bytes * size_t(p.size())));
       for (int q = 0; q < p.size(); ++q) {
         checkPattern("all_gather " + what, r, out + size_t(q) * bytes, bytes, q, 5);
       }
@@ -214,8 +215,8 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
       std::vector<float> plainOut(count);
       p.comm.reduceScatter(p.op("reduce_scatter"), ins.data(), plainOut.data(), count, floatSum());
       float* own = rsIn + size_t(r) * count;
-      p.comm.reduceScatterSymmetric(p.op("reduce_scatter"), rsIn, refOf(heap, rsIn, bytes * size_t(p.size())), own,
-                                    count, floatSum());
+      p.comm.zeroCopy()->reduceScatter(p.op("reduce_scatter"), rsIn, refOf(heap, rsIn, bytes * size_t(p.size())), own,
+                                       count, floatSum());
       if (bytes > 0 && std::memcmp(own, plainOut.data(), bytes) != 0) {
         failCheck("reduce_scatter ", what, ": rank ", r, ": zero-copy and copying results differ");
       }
@@ -224,7 +225,7 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
       for (int root = 0; root < p.size(); ++root) {
         const std::vector<uint8_t> data = patternBytes(r, bytes, 9);
         std::copy(data.begin(), data.end(), out);
-        p.comm.broadcastSymmetric(p.op("broadcast"), out, refOf(heap, out, bytes), bytes, root);
+        p.comm.zeroCopy()->broadcast(p.op("broadcast"), out, refOf(heap, out, bytes), bytes, root);
         checkPattern("broadcast " + what, r, out, bytes, root, 9);
       }
       heap.free(out);
@@ -261,7 +262,7 @@ TEST_CASE("ranks that disagree on symmetry all run the copying algorithm", "[shm
       float* buf = symmetricHere ? sym : plain.data();
       std::copy(input.begin(), input.end(), buf);
       if (symmetricHere) {
-        p.comm.allreduceSymmetric(p.op("all_reduce"), buf, refOf(heap, buf, bytes), count, floatSum());
+        p.comm.zeroCopy()->allreduce(p.op("all_reduce"), buf, refOf(heap, buf, bytes), count, floatSum());
       } else {
         p.comm.allreduce(p.op("all_reduce"), buf, buf, count, floatSum());
       }
@@ -274,7 +275,7 @@ TEST_CASE("ranks that disagree on symmetry all run the copying algorithm", "[shm
     }
     // Then all symmetric: zero-copy again.
     std::copy(input.begin(), input.end(), sym);
-    p.comm.allreduceSymmetric(p.op("all_reduce"), sym, refOf(heap, sym, bytes), count, floatSum());
+    p.comm.zeroCopy()->allreduce(p.op("all_reduce"), sym, refOf(heap, sym, bytes), count, floatSum());
     const auto stats = heap.stats();
     if (stats.copyRestarts != 2 || stats.zeroCopyOps != 1) {
       failCheck("rank ", r, ": ", stats.copyRestarts, " restarts and ", stats.zeroCopyOps,
@@ -302,7 +303,7 @@ TEST_CASE("a chunk's name lives until every peer has mapped it", "[shm][symmetri
       if (!before) {
         failCheck("rank ", r, ": chunk ", name, " had no name before the first operation");
       }
-      p.comm.allreduceSymmetric(p.op("all_reduce"), buf, refOf(*heap, buf, 4096), 1024, floatSum());
+      p.comm.zeroCopy()->allreduce(p.op("all_reduce"), buf, refOf(*heap, buf, 4096), 1024, floatSum());
       if (buf[0] != 1.0f || buf[1023] != 1.0f) {
         failCheck("rank ", r, ": all_reduce gave ", buf[0]);
       }

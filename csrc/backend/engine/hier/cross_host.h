@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/engine/host_collectives.h"
 #include "shm/comm.h"
 #include "topology/host_topology.h"
 
@@ -34,12 +35,6 @@ namespace tunedist {
 // Creates a c10d gloo backend over `store` for `rank` of `size` (honouring GLOO_SOCKET_IFNAME) with `timeout`.
 using GlooFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)>;
-
-struct CrossHostStats {
-  uint64_t dataBytes = 0;  // payload bytes this rank handed to gloo (all-reduce spans, broadcasts, ...)
-  uint64_t metaBytes = 0;  // bytes of metadata agreement
-  uint64_t glooOps = 0;
-};
 
 class CrossHost {
  public:

@@ -33,6 +33,7 @@ class HierHost final : public HostCollectives {
   void abort(const std::string& reason) override;
   size_t reservedShmBytes() const override { return comm_->reservedBytes(); }
   const shm::ShmComm& hostComm() const override { return *comm_; }
+  CrossHostStats crossHostStats() const override { return cross_->stats(); }
 
  private:
   // Runs `algorithm` with the context of a cross-host algorithm, as one cross-host phase of ctx (runCrossHost).

@@ -3,7 +3,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "shm/comm.h"
+#include "shm/algorithms.h"
+#include "shm/zero_copy/vote.h"
 
 namespace tunedist::shm {
 
@@ -28,34 +29,34 @@ constexpr size_t kPushBlockBytes = size_t{64} << 10;
 // Pushing reads our input (local, often still in cache) instead of a peer's freshly written block out of the
 // peer's cache. Our input must not overlap a peer's block of our output, which peers write meanwhile (the backend
 // passes a copy of such an input: ops::unaliasedSource).
-void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef) {
+void ZeroCopyCollectives::allgather(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef) {
   const OpDesc desc = makeDesc(OpCode::kAllgather, ctx.seq, bytes, -1);
   char* blocks = static_cast<char*>(out);
   auto copyPath = [&] {
-    RankPtrs outs(size_);
-    for (int p = 0; p < size_; ++p) {
+    RankPtrs outs(rounds_.size());
+    for (int p = 0; p < rounds_.size(); ++p) {
       outs[p] = blocks + size_t(p) * bytes;
     }
-    gatherBody(ctx, in, bytes, const_cast<void* const*>(outs.data()), -1);
+    gatherBody(rounds_, ctx, in, bytes, const_cast<void* const*>(outs.data()), -1);
   };
-  runSymmetric(
+  runVoted(
       ctx, desc, outRef,
       [&] {
         // Step 1/2: every rank is in the operation; its output may be written.
-        syncRound(ctx);
+        rounds_.syncRound(ctx);
         const char* src = static_cast<const char*>(in);
-        char* own = blocks + size_t(rank_) * bytes;
+        char* own = blocks + size_t(rounds_.rank()) * bytes;
         const bool streamOwn = bytes >= kStreamOwnBlockBytes && (src + bytes <= own || own + bytes <= src);
-        std::vector<char*> peers(size_t(size_), nullptr);  // block `rank` of each peer's output
-        for (int q = 0; q < size_; ++q) {
-          if (q != rank_) {
-            peers[size_t(q)] = peerBuffer(ctx, q, size_t(size_) * bytes) + size_t(rank_) * bytes;
+        std::vector<char*> peers(size_t(rounds_.size()), nullptr);  // block `rank` of each peer's output
+        for (int q = 0; q < rounds_.size(); ++q) {
+          if (q != rounds_.rank()) {
+            peers[size_t(q)] = peerBuffer(ctx, q, size_t(rounds_.size()) * bytes) + size_t(rounds_.rank()) * bytes;
           }
         }
         for (size_t off = 0; off < bytes; off += kPushBlockBytes) {
           const size_t n = std::min(kPushBlockBytes, bytes - off);
-          for (int q = 0; q < size_; ++q) {
-            if (q != rank_) {
+          for (int q = 0; q < rounds_.size(); ++q) {
+            if (q != rounds_.rank()) {
               copyBytes(peers[size_t(q)] + off, src + off, n);
             }
           }
@@ -67,7 +68,7 @@ void ShmComm::allgatherSymmetric(const OpContext& ctx, const void* in, size_t by
           copyOwn(own, src, bytes);  // cached; nothing to do in place; memmove for a partial overlap
         }
         // Step 2/2: our block is in every output; once all have arrived, every output is complete.
-        syncRound(ctx);
+        rounds_.syncRound(ctx);
       },
       copyPath);
 }

@@ -6,17 +6,36 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "shm/comm.h"
+#include "shm/rounds.h"
+#include "shm/zero_copy/zero_copy.h"
 
 namespace tunedist::shm {
+
+ZeroCopyCollectives::ZeroCopyCollectives(Rounds& rounds, std::shared_ptr<SymmetricHeap> heap)
+    : rounds_(rounds), segment_(rounds.segment()), heap_(std::move(heap)), peerChunks_(size_t(rounds.size())) {
+  TD_ASSERT(heap_ != nullptr, "zero-copy collectives without a symmetric heap");
+  segment_.setListener(this);
+}
+
+ZeroCopyCollectives::~ZeroCopyCollectives() {
+  segment_.setListener(nullptr);
+  // Orphans again after a failure: a peer that died during it may not have been a zombie yet at abort().
+  dropHeapNames(segment_.failed());
+}
+
+bool ZeroCopyCollectives::accepts(const void* ptr, size_t bytes, size_t minBytes, HeapRef* ref) const {
+  return rounds_.size() > 1 && bytes >= minBytes && heap_->locate(ptr, bytes, ref);
+}
 
 // 1. List our chunks created since the last call (entry first, then the count, release), so a peer that sees our
 //    next publish can map any chunk our descriptor names.
 // 2. Map the chunks peers have listed and we have not mapped yet: the sooner every peer has mapped a chunk, the
 //    sooner its name is gone (mapPeerChunk).
-void ShmComm::syncHeaps(const OpContext& ctx) {
-  TD_ASSERT(heap_ != nullptr, "a zero-copy collective on a communicator without a symmetric heap");
-  HeapTable& mine = heapTable(rank_);
+void ZeroCopyCollectives::syncHeaps(const OpContext& ctx) {
+  const int rank = rounds_.rank();
+  const int size = rounds_.size();
+  const SegmentHeader* header = &segment_.header();
+  HeapTable& mine = segment_.heapTable(header, rank);
   const size_t have = heap_->chunkCount();
   TD_ASSERT(have <= size_t(kMaxHeapChunks));
   for (size_t i = heapPublished_; i < have; ++i) {
@@ -31,30 +50,31 @@ void ShmComm::syncHeaps(const OpContext& ctx) {
     heapPublished_ = uint32_t(have);
     mine.chunks.store(heapPublished_, std::memory_order_release);
   }
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) {
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) {
       continue;
     }
     // mapPeerChunk maps every chunk up to the one asked for.
-    const uint32_t listed = std::min(heapTable(p).chunks.load(std::memory_order_acquire), uint32_t(kMaxHeapChunks));
+    const uint32_t listed = std::min(segment_.heapTable(header, p).chunks.load(std::memory_order_acquire),
+                                     uint32_t(kMaxHeapChunks));
     if (listed > peerChunks_[size_t(p)].size()) {
       mapPeerChunk(ctx, p, listed - 1);
     }
   }
 }
 
-char* ShmComm::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
+char* ZeroCopyCollectives::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
   auto& mapped = peerChunks_[size_t(p)];
   if (chunk < mapped.size()) {
     return static_cast<char*>(mapped[chunk].data());
   }
-  HeapTable& table = heapTable(p);
+  HeapTable& table = segment_.heapTable(&segment_.header(), p);
   const uint32_t listed = table.chunks.load(std::memory_order_acquire);
   if (chunk >= listed || chunk >= uint32_t(kMaxHeapChunks)) {
-    fail(ctx,
-         detail::str("rank ", p, " named chunk ", chunk, " of its symmetric heap, which lists ", listed,
-                     " chunks (a tunedist bug: report it)"),
-         false, false);
+    segment_.fail(ctx,
+                  detail::str("rank ", p, " named chunk ", chunk, " of its symmetric heap, which lists ", listed,
+                              " chunks (a tunedist bug: report it)"),
+                  false, false);
   }
   // Chunks are mapped in index order so `mapped[c]` is chunk c.
   while (mapped.size() <= chunk) {
@@ -66,18 +86,20 @@ char* ShmComm::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
     try {
       seg = ShmSegment::open(name, size_t(e.bytes), &notFound);
     } catch (const std::exception& ex) {
-      fail(ctx, detail::str("cannot map chunk ", c, " of rank ", p, "'s symmetric heap: ", ex.what()), false, false);
+      segment_.fail(ctx, detail::str("cannot map chunk ", c, " of rank ", p, "'s symmetric heap: ", ex.what()), false,
+                    false);
     }
     if (!seg.valid()) {
-      fail(ctx,
-           detail::str("chunk ", c, " of rank ", p, "'s symmetric heap (", name,
-                       ") no longer exists: its name was removed before this rank mapped it (by a start-up "
-                       "sweep of another job, or by hand). Allocate symmetric tensors after init_process_group "
-                       "and keep /dev/shm to this job"),
-           false, false);
+      segment_.fail(
+          ctx,
+          detail::str("chunk ", c, " of rank ", p, "'s symmetric heap (", name,
+                      ") no longer exists: its name was removed before this rank mapped it (by a start-up "
+                      "sweep of another job, or by hand). Allocate symmetric tensors after init_process_group "
+                      "and keep /dev/shm to this job"),
+          false, false);
     }
     // The peer that completes the set removes the name: from now on nothing can leak it.
-    if (e.mappedBy.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(size_ - 1)) {
+    if (e.mappedBy.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(rounds_.size() - 1)) {
       seg.unlink();
     }
     seg.keepName();
@@ -86,45 +108,44 @@ char* ShmComm::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
   return static_cast<char*>(mapped[chunk].data());
 }
 
-char* ShmComm::peerBuffer(const OpContext& ctx, int p, size_t bytes) {
-  const OpDesc& d = ctl(p).desc[descBuffer_];
+char* ZeroCopyCollectives::peerBuffer(const OpContext& ctx, int p, size_t bytes) {
+  const OpDesc& d = rounds_.opDesc(p);
   char* base = mapPeerChunk(ctx, p, d.symChunk);
   const size_t chunkBytes = peerChunks_[size_t(p)][d.symChunk].size();
   if (d.symOffset > chunkBytes || bytes > chunkBytes - d.symOffset) {
-    fail(ctx,
-         detail::str("rank ", p, "'s symmetric buffer (chunk ", d.symChunk, ", offset ", d.symOffset, ", ", bytes,
-                     " bytes) lies outside its ", chunkBytes, "-byte chunk (a tunedist bug: report it)"),
-         false, false);
+    segment_.fail(ctx,
+                  detail::str("rank ", p, "'s symmetric buffer (chunk ", d.symChunk, ", offset ", d.symOffset, ", ",
+                              bytes, " bytes) lies outside its ", chunkBytes,
+                              "-byte chunk (a tunedist bug: report it)"),
+                  false, false);
   }
   return base + d.symOffset;
 }
 
-void ShmComm::dropHeapNames(bool orphansToo) noexcept {
-  if (heap_ == nullptr) {
-    return;  // no heap here; a peer's chunks are then never named in our operations either
-  }
+void ZeroCopyCollectives::dropHeapNames(bool orphansToo) noexcept {
   for (size_t i = 0; i < heap_->chunkCount(); ++i) {
     heap_->unlinkChunk(i);
   }
   if (orphansToo) {
     try {
-      ShmSegment::sweepDeadOwners(options_.shmDir, HeapOptions::kChunkTag);
+      ShmSegment::sweepDeadOwners(rounds_.options().shmDir, HeapOptions::kChunkTag);
     } catch (...) {
       // Left to the next job's start-up sweep.
     }
   }
-  // header_ is the executor's; abort() may run on another thread, so read the published one.
-  SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
+  // abort() may run on another thread: read the header as published to every thread.
+  const SegmentHeader* header = segment_.sharedHeader();
   if (header == nullptr) {
     return;
   }
   const std::string prefix = "/" + ShmSegment::userPrefix();
-  for (int p = 0; p < size_; ++p) {
-    HeapTable& table = heapTableIn(header, p);
+  const int size = rounds_.size();
+  for (int p = 0; p < size; ++p) {
+    HeapTable& table = segment_.heapTable(header, p);
     const uint32_t listed = std::min(table.chunks.load(std::memory_order_acquire), uint32_t(kMaxHeapChunks));
     for (uint32_t c = 0; c < listed; ++c) {
       HeapChunkEntry& e = table.entry[c];
-      if (e.mappedBy.load(std::memory_order_acquire) + 1 >= uint32_t(size_)) {
+      if (e.mappedBy.load(std::memory_order_acquire) + 1 >= uint32_t(size)) {
         continue;  // every peer mapped it: already unlinked
       }
       const std::string name(e.name, strnlen(e.name, kHeapNameBytes));

@@ -1,4 +1,4 @@
-#include "backend/executor.h"
+#include "backend/cpu/executor.h"
 
 #include <c10/util/Exception.h>
 #include <sched.h>

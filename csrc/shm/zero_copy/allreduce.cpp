@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "shm/comm.h"
+#include "shm/algorithms.h"
+#include "shm/zero_copy/vote.h"
 
 namespace tunedist::shm {
 
@@ -24,42 +25,44 @@ constexpr size_t kPushBlockBytes = size_t{64} << 10;
 // Each rank reads N bytes and writes N (the 3-round variant that copied peers' reduced slices out moved
 // N(3P-1)/P). Each element is reduced once, over ranks 0..P-1 in order, as in the copying algorithms: results are
 // bit-identical on every rank and to the copying path.
-void ShmComm::allreduceSymmetric(const OpContext& ctx, void* buf, HeapRef ref, size_t count, const ReduceArgs& args) {
+void ZeroCopyCollectives::allreduce(const OpContext& ctx, void* buf, HeapRef ref, size_t count,
+                                    const ReduceArgs& args) {
   checkReduceSupported(args.dtype, args.op);
   const OpDesc desc = makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor);
-  runSymmetric(
+  runVoted(
       ctx, desc, ref,
       [&] {
         const size_t es = dtypeSize(args.dtype);
         // Step 1/2: our buffer holds our input; every peer may read and write its slice of it.
-        syncRound(ctx);
-        std::vector<char*> bases(size_t(size_), nullptr);
-        for (int p = 0; p < size_; ++p) {
-          bases[size_t(p)] = p == rank_ ? static_cast<char*>(buf) : peerBuffer(ctx, p, count * es);
+        rounds_.syncRound(ctx);
+        std::vector<char*> bases(size_t(rounds_.size()), nullptr);
+        for (int p = 0; p < rounds_.size(); ++p) {
+          bases[size_t(p)] = p == rounds_.rank() ? static_cast<char*>(buf) : peerBuffer(ctx, p, count * es);
         }
-        const size_t slice = roundUp((count + size_t(size_) - 1) / size_t(size_) * es, kCacheLine) / es;
-        const size_t first = std::min(size_t(rank_) * slice, count);
+        const size_t slice = roundUp((count + size_t(rounds_.size()) - 1) / size_t(rounds_.size()) * es, kCacheLine) /
+                             es;
+        const size_t first = std::min(size_t(rounds_.rank()) * slice, count);
         const size_t last = std::min(first + slice, count);
         const size_t block = std::max<size_t>(1, kPushBlockBytes / es);
-        RankPtrs srcs(size_);
+        RankPtrs srcs(rounds_.size());
         for (size_t b = first; b < last; b += block) {
           const size_t n = std::min(block, last - b);
-          for (int p = 0; p < size_; ++p) {
+          for (int p = 0; p < rounds_.size(); ++p) {
             srcs[p] = bases[size_t(p)] + b * es;
           }
-          char* mine = bases[size_t(rank_)] + b * es;
-          tunedist::shm::reduce(args, mine, srcs.data(), size_, n);
-          for (int q = 0; q < size_; ++q) {
-            if (q != rank_) {
+          char* mine = bases[size_t(rounds_.rank())] + b * es;
+          tunedist::shm::reduce(args, mine, srcs.data(), rounds_.size(), n);
+          for (int q = 0; q < rounds_.size(); ++q) {
+            if (q != rounds_.rank()) {
               copyBytes(bases[size_t(q)] + b * es, mine, n * es);
             }
           }
         }
         // Step 2/2: every buffer holds our slice's result and we read none of them any more; once all have
         // arrived, every buffer is complete and each rank may return and reuse it.
-        syncRound(ctx);
+        rounds_.syncRound(ctx);
       },
-      [&] { allreduceCopy(ctx, buf, buf, count, args); });
+      [&] { allreduceCopy(rounds_, ctx, buf, buf, count, args); });
 }
 
 }  // namespace tunedist::shm

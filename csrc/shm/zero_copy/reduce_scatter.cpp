@@ -1,6 +1,7 @@
 // reduce_scatter from a symmetric input: every rank reduces its block reading the peers' inputs in place.
 #include "core/error.h"
-#include "shm/comm.h"
+#include "shm/algorithms.h"
+#include "shm/zero_copy/vote.h"
 
 namespace tunedist::shm {
 
@@ -9,32 +10,32 @@ namespace tunedist::shm {
 //      block `rank`: no peer reads that block);
 //   3. publish (we have read every peer's input); wait for all, so no rank returns while a peer still reads its
 //      input.
-void ShmComm::reduceScatterSymmetric(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
-                                     const ReduceArgs& args) {
+void ZeroCopyCollectives::reduceScatter(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
+                                        const ReduceArgs& args) {
   checkReduceSupported(args.dtype, args.op);
   const OpDesc desc = makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor);
   const size_t blockBytes = count * dtypeSize(args.dtype);
   const char* blocks = static_cast<const char*>(in);
   auto copyPath = [&] {
-    RankPtrs ins(size_);
-    for (int p = 0; p < size_; ++p) {
+    RankPtrs ins(rounds_.size());
+    for (int p = 0; p < rounds_.size(); ++p) {
       ins[p] = blocks + size_t(p) * blockBytes;
     }
-    reduceScatterBody(ctx, ins.data(), out, count, args);
+    reduceScatterBody(rounds_, ctx, ins.data(), out, count, args);
   };
-  runSymmetric(
+  runVoted(
       ctx, desc, inRef,
       [&] {
         // Step 1/2: our input is complete; every peer may read its block of it.
-        syncRound(ctx);
-        RankPtrs srcs(size_);
-        for (int p = 0; p < size_; ++p) {
-          const char* base = p == rank_ ? blocks : peerBuffer(ctx, p, size_t(size_) * blockBytes);
-          srcs[p] = base + size_t(rank_) * blockBytes;
+        rounds_.syncRound(ctx);
+        RankPtrs srcs(rounds_.size());
+        for (int p = 0; p < rounds_.size(); ++p) {
+          const char* base = p == rounds_.rank() ? blocks : peerBuffer(ctx, p, size_t(rounds_.size()) * blockBytes);
+          srcs[p] = base + size_t(rounds_.rank()) * blockBytes;
         }
-        tunedist::shm::reduce(args, out, srcs.data(), size_, count);
+        tunedist::shm::reduce(args, out, srcs.data(), rounds_.size(), count);
         // Step 2/2: we have read every peer's input; each may return and reuse it.
-        syncRound(ctx);
+        rounds_.syncRound(ctx);
       },
       copyPath);
 }

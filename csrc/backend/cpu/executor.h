@@ -30,8 +30,8 @@
 #include <thread>
 #include <vector>
 
-#include "backend/work.h"
-#include "shm/comm.h"
+#include "backend/cpu/work.h"
+#include "core/op_context.h"
 
 namespace tunedist {
 

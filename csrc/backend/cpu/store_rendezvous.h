@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "shm/comm.h"
+#include "core/rendezvous.h"
 
 namespace tunedist {
 

@@ -1,4 +1,4 @@
-#include "backend/work.h"
+#include "backend/cpu/work.h"
 
 #include <ATen/core/jit_type.h>
 #include <ATen/record_function.h>

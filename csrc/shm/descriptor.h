@@ -1,0 +1,34 @@
+// The operation descriptor every rank writes in its first round (layout.h OpDesc): what each op is called, how a
+// descriptor is made, and how two are compared and described in the error of ranks that disagree.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/types.h"
+#include "shm/layout.h"
+
+namespace tunedist::shm {
+
+enum class OpCode : uint32_t {
+  kAllreduce = 1,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kAlltoall,
+  kBarrier,
+};
+const char* opCodeName(OpCode op);
+
+OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, DType dtype = DType::kUInt8,
+                RedOp redop = RedOp::kSum, double factor = 0.0);
+
+// Whether two ranks called the same operation (everything but the zero-copy marks and the probe request).
+bool sameDesc(const OpDesc& a, const OpDesc& b);
+// "all_reduce seq 4, count 10, float32, sum", for the error of ranks that disagree.
+std::string describeDesc(const OpDesc& d);
+
+}  // namespace tunedist::shm

@@ -1,0 +1,345 @@
+// GroupSegment: attaching to the group's segment, the heartbeat, the liveness checks, and failure handling.
+#include "shm/group_segment.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <future>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/store_keys.h"
+#include "core/sync.h"
+
+namespace tunedist::shm {
+namespace {
+
+constexpr const char* kSegmentKey = keys::kShmSegment;
+// Where a rank that fails before the segment exists (no room in /dev/shm, a bad tensor in the first collective)
+// leaves its reason, so peers still attaching fail with it instead of waiting for the timeout.
+constexpr const char* kAbortKey = keys::kShmAbort;
+constexpr auto kAttachPoll = std::chrono::milliseconds(10);
+constexpr std::chrono::milliseconds kPeerCheckInterval{10};
+
+std::chrono::milliseconds remaining(const OpContext& ctx) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());
+  return left.count() > 0 ? left : std::chrono::milliseconds(0);
+}
+
+}  // namespace
+
+GroupSegment::GroupSegment(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
+    : rendezvous_(std::move(rendezvous)),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      geometry_(size, options.slotBytes) {
+  TD_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for group size ", size);
+  options_.validate();
+  TD_CHECK(rendezvous_ != nullptr, "tunedist: ShmComm needs a rendezvous");
+}
+
+GroupSegment::~GroupSegment() {
+  stopHeartbeat_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(heartbeatMutex_);
+    heartbeatCv_.notify_all();
+  }
+  if (heartbeat_.joinable()) {
+    heartbeat_.join();
+  }
+}
+
+void GroupSegment::attach(const OpContext& ctx) {
+  if (header_ != nullptr) {
+    return;
+  }
+  if (rank_ == 0) {
+    createSegment(ctx);
+  } else {
+    openSegment(ctx);
+  }
+  waitAllAttached(ctx);
+  // Every rank has it mapped: drop the name so nothing can leak, whatever happens to the processes later.
+  segment_.unlink();
+  lastBeat_.assign(size_t(size_), 0);
+  lastBeatChange_.assign(size_t(size_), std::chrono::steady_clock::now());
+  lastPeerCheck_ = std::chrono::steady_clock::now();
+}
+
+void GroupSegment::createSegment(const OpContext& ctx) {
+  segment_ = ShmSegment::create("g", geometry_.totalBytes, options_.shmDir, options_.sweepMinAge);
+  auto* base = static_cast<char*>(segment_.data());
+  header_ = new (base) SegmentHeader();
+  header_->magic = kSegmentMagic;
+  header_->buildId = TUNEDIST_BUILD_ID;
+  header_->version = kProtocolVersion;
+  header_->worldSize = uint32_t(size_);
+  header_->slotBytes = options_.slotBytes;
+  header_->totalBytes = geometry_.totalBytes;
+  ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
+  for (int p = 0; p < size_; ++p) {
+    new (&ctls_[p]) RankCtl();
+  }
+  ProcessIdentity me = ProcessIdentity::self();
+  ctl(rank_).pid = me.pid;
+  ctl(rank_).pidNamespace = me.pidNamespace;
+  ctl(rank_).startTime = me.startTime;
+  startHeartbeat();
+  // Publish the initialised header, our identity and our held life lock before anybody can count us in.
+  header_->attached.store(1, std::memory_order_release);
+  // Release: abort() on another thread may use the initialised header from now on.
+  abortHeader_.store(header_, std::memory_order_release);
+  rendezvous_->set(kSegmentKey, segment_.name());
+}
+
+void GroupSegment::openSegment(const OpContext& ctx) {
+  for (;;) {
+    checkAttachAbort(ctx);
+    if (!rendezvous_->check(kSegmentKey)) {
+      if (std::chrono::steady_clock::now() >= ctx.deadline) {
+        throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
+                                       ": Timed out waiting for rank 0 to create the group's shared memory; ",
+                                       "check that rank 0 is alive and calls this collective too."));
+      }
+      std::this_thread::sleep_for(kAttachPoll);
+      continue;
+    }
+    std::string name = rendezvous_->get(kSegmentKey, remaining(ctx));
+    bool notFound = false;
+    ShmSegment seg = ShmSegment::open(name, geometry_.totalBytes, &notFound);
+    if (seg.valid()) {
+      segment_ = std::move(seg);
+      break;
+    }
+    // A stale name left in the store by an earlier group under the same prefix: wait for the fresh one.
+    TD_CHECK(std::chrono::steady_clock::now() < ctx.deadline, "tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ",
+             rank_, ": shared memory '", name,
+             "' announced by rank 0 does not exist. Are all ranks of this group on one host and in one IPC "
+             "namespace (containers need --ipc=host)?");
+    usleep(10000);
+  }
+  auto* base = static_cast<char*>(segment_.data());
+  header_ = reinterpret_cast<SegmentHeader*>(base);
+  TD_CHECK(header_->magic == kSegmentMagic && header_->version == kProtocolVersion, "tunedist: rank ", rank_,
+           ": shared memory ", segment_.name(), " has magic ", std::hex, header_->magic, " version ", std::dec,
+           header_->version, ", expected ", std::hex, kSegmentMagic, std::dec, " version ", kProtocolVersion,
+           ": ranks run different tunedist versions; install the same build everywhere");
+  TD_CHECK(header_->buildId == TUNEDIST_BUILD_ID, "tunedist: rank ", rank_, " runs tunedist build ", std::hex,
+           TUNEDIST_BUILD_ID, " but rank 0 runs build ", header_->buildId, std::dec,
+           ": install the same build on every rank");
+  TD_CHECK(header_->worldSize == uint32_t(size_) && header_->slotBytes == options_.slotBytes, "tunedist: rank ", rank_,
+           " expects a group of ", size_, " ranks with ", options_.slotBytes, "-byte slots but rank 0 made ",
+           header_->worldSize, " ranks with ", header_->slotBytes,
+           "-byte slots: set TUNEDIST_SLOT_BYTES identically on every rank");
+  ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
+  ProcessIdentity me = ProcessIdentity::self();
+  ctl(rank_).pid = me.pid;
+  ctl(rank_).pidNamespace = me.pidNamespace;
+  ctl(rank_).startTime = me.startTime;
+  startHeartbeat();
+  // Our identity and our held life lock are visible to anyone who sees the incremented count.
+  header_->attached.fetch_add(1, std::memory_order_acq_rel);
+  // Release: abort() on another thread may use the header from now on.
+  abortHeader_.store(header_, std::memory_order_release);
+}
+
+void GroupSegment::checkAttachAbort(const OpContext& ctx) {
+  if (rendezvous_->check(kAbortKey)) {
+    // The value is "<kind digit>|<reason>" (abort() below).
+    std::string value = rendezvous_->get(kAbortKey, std::chrono::milliseconds(1000));
+    FailureKind kind = FailureKind::kError;
+    if (value.size() >= 2 && value[1] == '|' && value[0] >= '0' && value[0] <= '2') {
+      kind = static_cast<FailureKind>(value[0] - '0');
+      value = value.substr(2);
+    }
+    fail(ctx, detail::str("a peer failed before the group's shared memory was ready: ", value),
+         kind == FailureKind::kTimeout, kind == FailureKind::kPeerDead);
+  }
+}
+
+void GroupSegment::waitAllAttached(const OpContext& ctx) {
+  auto lastStoreCheck = std::chrono::steady_clock::now();
+  while (header_->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
+    if (std::chrono::steady_clock::now() - lastStoreCheck >= kAttachPoll) {
+      lastStoreCheck = std::chrono::steady_clock::now();
+      checkAttachAbort(ctx);
+    }
+    // abort() ends this wait like every other: a peer's (through the segment) or ours from another thread.
+    if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
+      failFromPeerAbort(ctx);
+    }
+    throwIfFailed();
+    if (std::chrono::steady_clock::now() >= ctx.deadline) {
+      std::ostringstream missing;
+      for (int p = 0; p < size_; ++p) {
+        if (ctl(p).pid == 0) {
+          missing << (missing.tellp() > 0 ? ", " : "") << p;
+        }
+      }
+      throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
+                                     ": Timed out attaching the group's shared memory; ranks [", missing.str(),
+                                     "] never attached. Check they are alive and call this collective too."));
+    }
+    usleep(200);
+  }
+}
+
+// Steps 1 of the life lock (sync.h): initialised here, held by the heartbeat thread, which lives as long as this
+// communicator; returns once it is held, so the caller may let peers count this rank in.
+void GroupSegment::startHeartbeat() {
+  LifeLock* life = &ctl(rank_).life;
+  initLifeLock(life);
+  std::promise<void> held;
+  std::future<void> isHeld = held.get_future();
+  heartbeat_ = std::thread([this, life, held = std::move(held)]() mutable {
+    try {
+      holdLifeLock(life);
+    } catch (...) {
+      held.set_exception(std::current_exception());
+      return;
+    }
+    held.set_value();
+    heartbeatLoop();
+    releaseLifeLock(life);  // step 3: leaving the group
+  });
+  try {
+    isHeld.get();
+  } catch (...) {
+    heartbeat_.join();
+    throw;
+  }
+}
+
+void GroupSegment::heartbeatLoop() {
+  std::unique_lock<std::mutex> lock(heartbeatMutex_);
+  while (!stopHeartbeat_.load()) {
+    // Release: a peer that sees the new count knows this process was alive a moment ago.
+    ctl(rank_).heartbeat.fetch_add(1, std::memory_order_release);
+    heartbeatCv_.wait_for(lock, options_.heartbeatPeriod, [this] { return stopHeartbeat_.load(); });
+  }
+}
+
+void GroupSegment::abort(const std::string& reason, FailureKind kind) {
+  std::string first;
+  {
+    std::lock_guard<std::mutex> lock(failMutex_);
+    if (!failed_.load()) {
+      failure_ = reason;
+      failureKind_ = kind;
+      failed_.store(true, std::memory_order_release);
+    }
+    first = failure_;
+    kind = failureKind_;
+  }
+  // Shared even when we failed earlier: a failure from before the segment was attached reaches the peers now.
+  SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
+  if (header == nullptr || header->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
+    // Peers may still be attaching (or waiting for a segment that will never exist): tell them through the store.
+    try {
+      rendezvous_->set(kAbortKey, detail::str(static_cast<int>(kind), "|rank ", rank_, ": ", first));
+    } catch (const std::exception&) {
+      // The store is gone (its host process exited); peers then fail on the store themselves.
+    }
+  }
+  // Nobody maps a heap chunk of a failed group again: drop the names now, in case this process is killed next.
+  if (listener_ != nullptr) {
+    listener_->onAbort();
+  }
+  if (header == nullptr) {
+    return;
+  }
+  uint32_t expected = 0;
+  if (header->abortFlag.compare_exchange_strong(expected, kAbortWriting)) {
+    header->abortRank = rank_;
+    header->abortKind = static_cast<int32_t>(kind);
+    std::strncpy(header->abortReason, first.c_str(), kAbortReasonBytes - 1);
+    header->abortReason[kAbortReasonBytes - 1] = '\0';
+    // Release: peers that see kAbortSet see the whole reason.
+    header->abortFlag.store(kAbortSet, std::memory_order_release);
+  }
+  header->bell.fetch_add(1);
+  futexWakeAll(&header->bell);
+}
+
+void GroupSegment::throwIfFailed() {
+  if (!failed_.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(failMutex_);
+  throwFailure(failureKind_, detail::str("tunedist: rank ", rank_,
+                                         ": the process group is unusable after an earlier failure: ", failure_,
+                                         " Destroy the group (dist.destroy_process_group) and create a new one, or let "
+                                         "torchrun --max-restarts restart the job."));
+}
+
+void GroupSegment::failFromPeerAbort(const OpContext& ctx) {
+  const auto kind = static_cast<FailureKind>(header_->abortKind);
+  fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason),
+       kind == FailureKind::kTimeout, kind == FailureKind::kPeerDead);
+}
+
+void GroupSegment::fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead) {
+  std::string full = detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", rank_, " of ", size_,
+                                 ": ", message);
+  const FailureKind kind = isTimeout ? FailureKind::kTimeout : (isDead ? FailureKind::kPeerDead : FailureKind::kError);
+  abort(full, kind);
+  throwFailure(kind, full);
+}
+
+void GroupSegment::checkPeers(const OpContext& ctx, uint64_t step, int stepInOp, const std::vector<int>& waitingFor) {
+  if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
+    // A peer may have failed in a later operation after the ranks we wait for published (we read their steps
+    // before the flag): this operation can still complete, and the next wait for that peer fails.
+    for (int p : waitingFor) {
+      if (!reached(p, step)) {
+        failFromPeerAbort(ctx);
+      }
+    }
+    return;
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (now >= ctx.deadline) {
+    std::ostringstream ranks;
+    for (size_t i = 0; i < waitingFor.size(); ++i) {
+      ranks << (i ? ", " : "") << waitingFor[i];
+    }
+    fail(ctx,
+         detail::str("Timed out at step ", stepInOp, " of the operation waiting for ranks [", ranks.str(),
+                     "], which are alive but have not reached it. Check that every rank calls the same ",
+                     "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
+         true, false);
+  }
+  if (now - lastPeerCheck_ < kPeerCheckInterval) {
+    return;
+  }
+  lastPeerCheck_ = now;
+  for (int p : waitingFor) {
+    const RankCtl& c = ctl(p);
+    uint64_t beat = c.heartbeat.load(std::memory_order_acquire);
+    if (beat != lastBeat_[p]) {
+      lastBeat_[p] = beat;
+      lastBeatChange_[p] = now;
+    }
+    // The life lock knows exactly (a stopped or frozen process still holds it); the heartbeat counts only where the
+    // lock cannot tell, as a last resort.
+    const Liveness life = probeLifeLock(&ctl(p).life);
+    ProcessIdentity who{c.pid, c.pidNamespace, c.startTime};
+    const bool exited = life == Liveness::kGone || processCertainlyGone(who);
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
+    // Read after the probe: a peer that published this step and then left the group (its lock free) is not dead
+    // to this wait; the probe's acquire of its released lock makes that publish visible here.
+    if (!reached(p, step) && (exited || (life == Liveness::kUnknown && silent > options_.deadAfter))) {
+      // A pid means something only in its own namespace: say so when the peer's is not ours.
+      const bool samePidNs = c.pidNamespace == ctl(rank_).pidNamespace;
+      fail(ctx,
+           detail::str("rank ", p, " (pid ", c.pid, samePidNs ? "" : " in another pid namespace", ") is dead: ",
+                       exited ? "its process has exited or left the group"
+                              : detail::str("its heartbeat stopped ", silent.count(), " ms ago"),
+                       ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
+           false, true);
+    }
+  }
+}
+
+}  // namespace tunedist::shm

@@ -1,0 +1,123 @@
+// GroupSegment: one group's shared-memory segment and what keeps it honest: attaching (rank 0 creates it, the others
+// open it, every rank waits until all have mapped it), the heartbeat thread that holds this rank's life lock, the
+// liveness checks made while waiting for peers, and the failure state.
+//
+// Failure model: waits end with an error on timeout, on a peer found dead (heartbeat plus process checks), or when
+// another rank aborted the group. The first failure is written to the segment's abort word, so it reaches every
+// rank, and the group stays failed: later calls fail fast with the original cause.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/op_context.h"
+#include "core/options.h"
+#include "core/rendezvous.h"
+#include "shm/layout.h"
+#include "shm/segment.h"
+
+namespace tunedist::shm {
+
+// What the zero-copy collectives (shm/zero_copy/) hear from the group: set once, before the first operation.
+class GroupListener {
+ public:
+  virtual ~GroupListener() = default;
+  // An operation starts again on the copying path because some rank's buffer was not symmetric.
+  virtual void onCopyRestart() = 0;
+  // The group failed (any thread): nobody maps this group's heap chunks again.
+  virtual void onAbort() noexcept = 0;
+};
+
+class GroupSegment {
+ public:
+  GroupSegment(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options);
+  // Stops the heartbeat thread (this rank leaves the group).
+  ~GroupSegment();
+  GroupSegment(const GroupSegment&) = delete;
+  GroupSegment& operator=(const GroupSegment&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const ShmOptions& options() const { return options_; }
+  size_t reservedBytes() const { return geometry_.totalBytes; }
+  bool attached() const { return header_ != nullptr; }
+  // Creates or opens the segment at the group's first operation; a no-op afterwards.
+  void attach(const OpContext& ctx);
+
+  SegmentHeader& header() const { return *header_; }
+  RankCtl& ctl(int rank) const { return ctls_[rank]; }
+  char* slot(int rank, int buffer) const {
+    return reinterpret_cast<char*>(header_) + geometry_.slotOffset(rank, buffer);
+  }
+  // Rank `rank`'s HeapTable in `header`'s segment.
+  HeapTable& heapTable(const SegmentHeader* header, int rank) const {
+    return reinterpret_cast<HeapTable*>(reinterpret_cast<char*>(const_cast<SegmentHeader*>(header)) +
+                                        geometry_.heapOffset)[rank];
+  }
+  // The header once initialised, for any thread (abort() may run on a watchdog's); null before.
+  SegmentHeader* sharedHeader() const { return abortHeader_.load(std::memory_order_acquire); }
+  void setListener(GroupListener* listener) { listener_ = listener; }
+  GroupListener* listener() const { return listener_; }
+
+  // While waiting for `waitingFor` to publish `step` (the operation's `stepInOp`-th): fails on a peer's abort, on
+  // the deadline, or on a dead peer (checked every 10 ms).
+  void checkPeers(const OpContext& ctx, uint64_t step, int stepInOp, const std::vector<int>& waitingFor);
+
+  // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
+  // failure wins; later calls only share it again. Idempotent; any thread.
+  void abort(const std::string& reason, FailureKind kind = FailureKind::kError);
+  // Throws the stored failure if the group has failed (locally or through a peer's abort).
+  void throwIfFailed();
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  [[noreturn]] void fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
+  // Fails this op with a peer's abort found in the segment, keeping the kind the peer gave it.
+  [[noreturn]] void failFromPeerAbort(const OpContext& ctx);
+
+ private:
+  void createSegment(const OpContext& ctx);
+  void openSegment(const OpContext& ctx);
+  void waitAllAttached(const OpContext& ctx);
+  // Fails if a peer left an abort reason in the rendezvous before the segment was ready.
+  void checkAttachAbort(const OpContext& ctx);
+  void startHeartbeat();
+  void heartbeatLoop();
+  // Whether `rank` has published `step` (acquire: its writes for that step are visible once this is true).
+  bool reached(int rank, uint64_t step) const { return ctl(rank).step.load(std::memory_order_acquire) >= step; }
+
+  std::shared_ptr<Rendezvous> rendezvous_;
+  const int rank_;
+  const int size_;
+  const ShmOptions options_;
+  const SegmentGeometry geometry_;
+  GroupListener* listener_ = nullptr;
+
+  ShmSegment segment_;
+  SegmentHeader* header_ = nullptr;
+  RankCtl* ctls_ = nullptr;
+  // header_ for abort(), which may run on another thread (a watchdog): set once the header is initialised.
+  std::atomic<SegmentHeader*> abortHeader_{nullptr};
+
+  // Liveness bookkeeping: last heartbeat value seen per peer and when it last moved.
+  std::vector<uint64_t> lastBeat_;
+  std::vector<std::chrono::steady_clock::time_point> lastBeatChange_;
+  std::chrono::steady_clock::time_point lastPeerCheck_;
+
+  std::atomic<bool> failed_{false};
+  std::mutex failMutex_;
+  std::string failure_;
+  FailureKind failureKind_ = FailureKind::kError;
+
+  std::atomic<bool> stopHeartbeat_{false};
+  std::mutex heartbeatMutex_;
+  std::condition_variable heartbeatCv_;
+  std::thread heartbeat_;
+};
+
+}  // namespace tunedist::shm

@@ -1,0 +1,81 @@
+// ZeroCopyCollectives: the collectives on buffers in this rank's symmetric heap (shm/heap.h), where ranks read and
+// write each other's buffers directly instead of staging through slots. It owns the heap's publication to the group
+// (our chunks listed in our HeapTable, peers' chunks mapped on demand, every chunk's name removed as soon as nobody
+// needs it) and runs its four collectives on the group's round protocol (shm/rounds.h).
+//
+// Whether an operation runs zero-copy is decided in two halves: locally, accepts() (the buffer lies in our heap and
+// the operation is large enough to gain); then the group votes at the operation's first round (runVoted): when some
+// rank's buffer is not symmetric, every rank runs the copying algorithm instead, with the same results. Results are
+// bit-identical to the copying algorithms (each element is reduced over ranks 0..P-1 in order by one rank).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/op_context.h"
+#include "kernels/reduce.h"
+#include "shm/group_segment.h"
+#include "shm/heap.h"
+#include "shm/layout.h"
+#include "shm/segment.h"
+
+namespace tunedist::shm {
+
+class Rounds;
+
+class ZeroCopyCollectives final : public GroupListener {
+ public:
+  // `heap` is this rank's symmetric heap; `rounds` outlives this object.
+  ZeroCopyCollectives(Rounds& rounds, std::shared_ptr<SymmetricHeap> heap);
+  // Removes the names of the chunks this rank knows of (orphans too after a failure).
+  ~ZeroCopyCollectives() override;
+  ZeroCopyCollectives(const ZeroCopyCollectives&) = delete;
+  ZeroCopyCollectives& operator=(const ZeroCopyCollectives&) = delete;
+
+  // The local half of the vote: whether [ptr, ptr + bytes) lies in our heap (*ref: where), in a group of more than one
+  // rank, and `bytes` reaches `minBytes`.
+  bool accepts(const void* ptr, size_t bytes, size_t minBytes, HeapRef* ref) const;
+
+  // In place on `buf` (count elements).
+  void allreduce(const OpContext& ctx, void* buf, HeapRef ref, size_t count, const ReduceArgs& args);
+  // `out` holds size() blocks of `bytes`; block rank() receives `in` (which may be that block itself).
+  void allgather(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef);
+  // `in` holds size() blocks of `count` elements; block p is reduced into rank p's `out`, which may be our own block
+  // of `in` but must not overlap another.
+  void reduceScatter(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
+                     const ReduceArgs& args);
+  void broadcast(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
+
+  const std::shared_ptr<SymmetricHeap>& heap() const { return heap_; }
+
+  void onCopyRestart() override { heap_->countCopyRestart(); }
+  void onAbort() noexcept override { dropHeapNames(true); }
+
+ private:
+  // Runs one operation with the group vote (shm/zero_copy/vote.h): `desc` marked symmetric at `ref`, our heap's new
+  // chunks listed, then `zeroCopyBody`. With one rank, or when some rank's buffer is not symmetric, `copyBody`.
+  template <typename ZeroCopyBody, typename CopyBody>
+  void runVoted(const OpContext& ctx, OpDesc desc, HeapRef ref, ZeroCopyBody&& zeroCopyBody, CopyBody&& copyBody);
+  // Writes our chunks that are not yet in our HeapTable into it, and maps the chunks peers have published since the
+  // last call (so their names are unlinked early).
+  void syncHeaps(const OpContext& ctx);
+  // Rank p's buffer of this operation (its descriptor's symChunk/symOffset), `bytes` long, mapped here.
+  char* peerBuffer(const OpContext& ctx, int p, size_t bytes);
+  char* mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk);
+  // Removes the names of every chunk this rank knows of (its own and its peers'): the group has ended or failed,
+  // nobody will map them again. With `orphansToo`, also every unheld chunk name whose creator has exited
+  // (ShmSegment::sweepDeadOwners): a peer that died before anybody mapped its chunks, which no table may list yet.
+  // Any thread. Never throws.
+  void dropHeapNames(bool orphansToo) noexcept;
+
+  Rounds& rounds_;
+  GroupSegment& segment_;
+  std::shared_ptr<SymmetricHeap> heap_;
+  // How many of our heap's chunks our HeapTable lists; peers' chunks mapped here.
+  uint32_t heapPublished_ = 0;
+  std::vector<std::vector<ShmSegment>> peerChunks_;
+};
+
+}  // namespace tunedist::shm
