@@ -2,9 +2,10 @@
 // collectives name it (ProcessGroup.group_name), for callers that want DeepSpeed's inference_all_reduce calling
 // convention: a tensor-parallel layer on CPU, called once per layer per token.
 //
-// Why a second door: torch.distributed.all_reduce runs about 4.8 us of Python and c10d dispatch per call on this
-// project's 2-vCPU VM before a backend sees the tensor (torch's fake process group, which does nothing, costs that
-// much), while calling a torch operator from Python costs about 1.3 us. At 4-16 KiB that floor is most of a call.
+// Why a second door: torch.distributed.all_reduce runs about 4.8 us of Python and c10d dispatch per call on a
+// 2-vCPU AMD EPYC before a backend sees the tensor (torch's fake process group, which does nothing, costs that
+// much), while calling a torch operator from Python costs about 1.3 us. At 4-16 KiB that floor is most of a call
+// (docs/performance.md#the-per-call-budget-and-the-direct-operators).
 // This operator goes from the dispatcher straight to the group's backend for the tensor's device, so a `tuned` group
 // runs the same engine, with the same sequence numbers, descriptor checks and errors, as dist.all_reduce on it (the
 // two may be mixed in any order); any other backend (gloo, nccl) works too, through its own allreduce.

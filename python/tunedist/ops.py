@@ -6,9 +6,9 @@ operator ``torch.ops.tunedist.all_reduce_`` (csrc/ops/all_reduce.cpp), which goe
 group's backend for the tensor's device. It is meant for calls where the per-call cost is the whole story: a
 tensor-parallel layer on CPU, once per layer per token, at 4-64 KiB. There dist.all_reduce spends about 4.8 us in
 Python and c10d dispatch before any backend runs (torch's fake process group, which does nothing, costs that much on
-this project's 2-vCPU VM), an operator call about 1.3 us. It is DeepSpeed's ``inference_all_reduce`` calling
-convention, with the group honoured, every dtype and reduce op of the backend, and results checked across ranks as
-``tuned`` checks them.
+a 2-vCPU AMD EPYC), an operator call about 1.3 us (docs/performance.md#the-per-call-budget-and-the-direct-operators).
+It is DeepSpeed's ``inference_all_reduce`` calling convention, with the group honoured, every dtype and reduce op of
+the backend, and results checked across ranks as ``tuned`` checks them.
 
 On a ``tuned`` group it runs the same engine as dist.all_reduce, in the same sequence: the two can be mixed in any
 order, and ranks that disagree (one calls it with 1024 elements, another dist.all_reduce with 2048) all get the

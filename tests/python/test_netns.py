@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "netns_bench.sh"
-# Hang guard, not a performance limit (the run takes 30-40 s on the 2-core development machine).
+# Hang guard, not a performance limit (the run takes 30-40 s on a 2-vCPU AMD EPYC).
 GUARD_S = 240
 
 

@@ -1,4 +1,4 @@
-"""A stopped rank is a slow rank, not a dead one (issue #13).
+"""A stopped rank is a slow rank, not a dead one.
 
 A rank stopped with SIGSTOP (what a debugger attach, ``py-spy dump``, ``docker pause``, the cgroup freezer or a
 scheduler's preemption signal do) keeps its life lock (csrc/core/sync.h), so its peers wait for it like for any slow

@@ -1,4 +1,4 @@
-"""Symmetric CPU buffers (issue 15) in real processes: ``tunedist.symmetric_empty``/``is_symmetric``/
+"""Symmetric CPU buffers in real processes: ``tunedist.symmetric_empty``/``is_symmetric``/
 ``symmetric_heap_stats``, the zero-copy all_reduce, all_gather_into_tensor, reduce_scatter_tensor and broadcast,
 and FSDP2 staging its collectives in the heap (``set_allocate_memory_from_process_group_for_comm``).
 

@@ -52,7 +52,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
     // not preempt the thread running on that CPU. A rank that queues an async call and waits for it at once (FSDP's
     // all_gather, a tensor-parallel layer) then keeps its CPU, finds the worker still asleep and runs the call
     // itself (helpUntil); a worker woken as a normal thread took the CPU from the caller first and cost two context
-    // switches. Measured at world size 2 on 2 vCPUs (docs/records/issue14/s17/budget_ws2/, 4 rounds): async
+    // switches. Measured at world size 2 on a 2-vCPU AMD EPYC (Zen 4), 4 rounds
+    // (docs/performance.md#the-per-call-budget-and-the-direct-operators): async
     // all_reduce + wait() medians 19.3 -> 8.1 us at 4 KiB, 20.4 -> 11.1 at 16 KiB, 27.3 -> 20.8 at 64 KiB (the
     // synchronous call: 8-11, 20 us); DDP's main job unchanged. On an idle CPU the worker starts at once either way.
     // TUNEDIST_WORKER_SCHED=normal keeps the worker a normal thread.
@@ -61,7 +62,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
     // for a backend that synchronised at the C++ level: since torch 2.8 every torch.distributed collective that
     // passes async_op waits only on a Work it got back ("work is not None"), and asyncOp is false only there. That
     // skips making and destroying the Work, pybind's Python object for it and the Python wait() call: 1.1-1.2 us
-    // of a 7-8 us dist.all_reduce of 16 KiB at world size 2 (docs/records/issue14/s26/nullwork/). A Work is still
+    // of a 7-8 us dist.all_reduce of 16 KiB at world size 2 on a 2-vCPU AMD EPYC (AVX2)
+    // (docs/performance.md#the-per-call-budget-and-the-direct-operators). A Work is still
     // made while the calling thread has profiler callbacks (it carries the tuned:* event), under
     // allow_inflight_collective_as_graph_input (torch registers it for wait_tensor), and whenever the call is
     // queued. true (TUNEDIST_SYNC_WORK=always): every call returns a Work, for C++ callers that set asyncOp = false

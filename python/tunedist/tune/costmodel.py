@@ -37,7 +37,7 @@ class CommModel:
         """This fit with its bandwidth term set so that time(nbytes) == seconds, the latency kept (the bandwidth
         term to 0 where seconds <= alpha). The fit repeats an all_reduce of one buffer, which then runs from warm
         caches; a DDP bucket is all-reduced right after the backward pass, whose activations and gradients have
-        pushed it out, and is divided by the world size after: on the 2-core CI machine that costs 1.4-5x the fit.
+        pushed it out, and is divided by the world size after: on a 2-vCPU AMD EPYC that costs 1.4-5x the fit.
         A measurement of that (probes.measure_probes' tail all_reduce) calibrates it."""
         if nbytes <= 0 or seconds <= 0:
             raise ValueError(f"CommModel.calibrated: need nbytes > 0 and seconds > 0, got {nbytes} and {seconds}")

@@ -39,7 +39,7 @@ class TuneOptions:
     overrule_sigmas: float = 1.0
     # How much two candidates' relative steps move apart from one measurement window to the next beyond what the
     # window's own rounds show: a shared machine's load changes its mix, and candidates react to it differently
-    # (one bucket, all communication exposed, gains most from a quiet moment). On the 2-core CI machine, 2 MB
+    # (one bucket, all communication exposed, gains most from a quiet moment). On a shared 2-vCPU AMD EPYC, 2 MB
     # against 16 MB over windows of 8 rounds: 0.08-0.12 in all, of which the rounds explain 0.04-0.05. Part of
     # choose_trial's standard error; a dedicated machine can lower it.
     window_sd: float = 0.08
