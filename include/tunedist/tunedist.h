@@ -13,9 +13,21 @@
 //
 // CPU tensors go through shared memory among the ranks of this host; a group made here must fit on one host (a
 // group that spans hosts needs the gloo factory that `import tunedist` gives it from Python). CUDA tensors go to
-// NCCL. Tunables come from the environment (TUNEDIST_SLOT_BYTES, TUNEDIST_ONESHOT_MAX_BYTES, TUNEDIST_SPIN_ITERS,
-// TUNEDIST_DEAD_AFTER_MS, TUNEDIST_HEARTBEAT_MS, TUNEDIST_SWEEP_MIN_AGE_S, TUNEDIST_SIMD, TUNEDIST_HOST_ID,
-// TUNEDIST_CROSS_HOST_CHUNK_BYTES): see csrc/core/options.h.
+// NCCL.
+//
+// Tunables come from the environment; a value out of range throws, naming the variable. The defaults suit
+// training; the ones most often set:
+//   TUNEDIST_SLOT_BYTES           bytes of one shared-memory slot (1 MiB; a multiple of 4096, at most 1 GiB); a group
+//                                 of P ranks on a host reserves about 2 * P slots at its first collective
+//   TUNEDIST_ONESHOT_MAX_BYTES    largest all_reduce that runs one-shot (256 KiB; bf16, fp16 64 KiB; sets both)
+//   TUNEDIST_SYMMETRIC_MIN_BYTES  smallest collective on a symmetric buffer that runs zero-copy (256 KiB, or 2 MiB
+//                                 when the host's ranks outnumber the CPUs this process may run on; broadcast 16 MiB)
+//   TUNEDIST_SIMD                 force a SIMD level of the reduction: scalar, avx2 or avx512 (default: the best the
+//                                 CPU supports)
+//   TUNEDIST_HOST_ID              split ranks that share memory into separate hosts (default: one host per machine)
+//   TUNEDIST_DEAD_AFTER_MS        a peer whose liveness cannot be read otherwise is dead after this silence (1000)
+//   TUNEDIST_SYNC_WORK=always     every call returns a Work, also one that ran inline (see above)
+// The project's design document (docs/design.md in the source distribution) gives each setting's reason.
 #pragma once
 
 #include <chrono>

@@ -4,8 +4,9 @@
 // folder. A caller error on one rank (a bad tensor, say) fails the group, so its peers stop waiting for that rank.
 //
 // Hosts: at creation every rank publishes a HostKey (one store write). At the group's first operation the ranks
-// read each other's keys and group them (HostDiscovery) and make the engines (engines.cpp): on one host a OneHost
-// engine over every rank's shared memory, whose segment every rank must open (that verifies the host); on several
+// read each other's keys and group them (HostDiscovery) and make the engines (engines.cpp): on one host a
+// SymmetricHost engine over every rank's shared memory (zero-copy on symmetric buffers, OneHost's copying algorithms
+// otherwise), whose segment every rank must open (that verifies the host); on several
 // hosts a HierHost engine (one ShmComm per host under its own store prefix, gloo between hosts), and the first
 // collective verifies every host with a probe segment before anything else runs. Send and receive bypass the
 // executor: they go to the HostP2p engine made beside the collectives' (OneHostP2p on one host, HierP2p on several:

@@ -2,10 +2,13 @@
 // ranks of a group whose tensors the CPU side (backend/cpu/) has already validated and staged: every tensor handed
 // in is contiguous, and the CPU side copies results back into non-contiguous user tensors afterwards.
 //
-// Implementations, chosen once when the group's hosts are known (CpuBackend::makeEngines):
-//   OneHost   (engine/one_host.h)  every rank on this host: one shared-memory communicator (shm::ShmComm).
-//   HierHost  (engine/hier/)       several hosts: shared memory inside each host, gloo between host leaders.
-// A faster or zero-copy engine is one more implementation of this interface.
+// Implementations, one chosen per group when its hosts are known (CpuBackend::makeEngines, backend/cpu/engines.cpp):
+//   SymmetricHost (engine/symmetric_host.h)  every rank on this host: the zero-copy collectives (shm/zero_copy/) for
+//                                            a large enough buffer in the symmetric heap, OneHost's copying ones for
+//                                            every other call.
+//   HierHost      (engine/hier/)             several hosts: shared memory inside each host, gloo between host leaders.
+// OneHost (engine/one_host.h), every collective one call into the shared-memory communicator (shm::ShmComm), is the
+// copying engine SymmetricHost holds; the backend never runs it on its own.
 //
 // Every method runs on the CPU side's executor (one operation at a time, in issue order) with the operation's
 // context (name, sequence number, deadline), blocks until the operation is done on this rank, and throws
