@@ -65,7 +65,7 @@ c10d::Backend& TunedBackend::cudaSide(const char* op, const DeviceScan& scan, bo
     if (failGroup) {
       cpu_->rejectCall(op, e.what_without_backtrace());
     }
-    TORCH_CHECK(false, "tunedist: ", op, " on rank ", rank_, " of ", size_, ": ", e.what_without_backtrace());
+    TORCH_CHECK(false, "tunedist: ", op, ": rank ", rank_, " of ", size_, ": ", e.what_without_backtrace());
   }
   if (startCoalescing) {
     nccl->startCoalescing();

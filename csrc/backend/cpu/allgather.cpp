@@ -29,12 +29,12 @@ void allgatherBase(HostCollectives& engine, const shm::OpContext& ctx, const at:
   ops::copyBack(out, s);
 }
 
-void checkAllgatherBase(const at::Tensor& out, const at::Tensor& in, int size, const char* op) {
-  ops::checkCpuDense(in, op, "the input");
-  ops::checkCpuDense(out, op, "the output");
-  TORCH_CHECK(out.scalar_type() == in.scalar_type(), op, ": output dtype ", out.scalar_type(),
-              " differs from input dtype ", in.scalar_type());
-  TORCH_CHECK(out.numel() == in.numel() * size, op, ": the output has ", out.numel(), " elements; expected input size ",
+void checkAllgatherBase(const at::Tensor& out, const at::Tensor& in, int size) {
+  ops::checkCpuDense(in, "the input");
+  ops::checkCpuDense(out, "the output");
+  TORCH_CHECK(out.scalar_type() == in.scalar_type(), "output dtype ", out.scalar_type(), " differs from input dtype ",
+              in.scalar_type());
+  TORCH_CHECK(out.numel() == in.numel() * size, "the output has ", out.numel(), " elements; expected input size ",
               in.numel(), " x group size ", size);
 }
 
@@ -45,13 +45,13 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allgather(std::vector<std::vector<at:
                                                      const c10d::AllgatherOptions& opts) {
   constexpr const char* kOp = "all_gather";
   guardCall(kOp, [&] {
-    TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, kOp, ": expects one input and one output list");
-    TORCH_CHECK(outputs[0].size() == size_t(size_), kOp, ": the output list has ", outputs[0].size(),
+    TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "expects one input and one output list");
+    TORCH_CHECK(outputs[0].size() == size_t(size_), "the output list has ", outputs[0].size(),
                 " tensors for a group of ", size_);
-    ops::checkCpuDense(inputs[0], kOp, "the input");
+    ops::checkCpuDense(inputs[0], "the input");
     for (const auto& o : outputs[0]) {
-      ops::checkCpuDense(o, kOp, "an output");
-      ops::checkLike(o, inputs[0], kOp, "an output");
+      ops::checkCpuDense(o, "an output");
+      ops::checkLike(o, inputs[0], "an output");
     }
   });
   at::Tensor in = inputs[0];
@@ -67,7 +67,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allgather(std::vector<std::vector<at:
 c10::intrusive_ptr<c10d::Work> CpuBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                            const c10d::AllgatherOptions& opts) {
   constexpr const char* kOp = "all_gather_into_tensor";
-  guardCall(kOp, [&] { checkAllgatherBase(output, input, size_, kOp); });
+  guardCall(kOp, [&] { checkAllgatherBase(output, input, size_); });
   at::Tensor out = output;
   at::Tensor in = input;
   const int rank = rank_;
@@ -84,9 +84,9 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allgather_into_tensor_coalesced(std::
   constexpr const char* kOp = "all_gather_into_tensor_coalesced";
   size_t bytes = 0;
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+    TORCH_CHECK(outputs.size() == inputs.size(), outputs.size(), " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); ++i) {
-      checkAllgatherBase(outputs[i], inputs[i], size_, kOp);
+      checkAllgatherBase(outputs[i], inputs[i], size_);
       bytes += ops::tensorBytes(outputs[i]);
     }
   });
@@ -108,14 +108,14 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allgather_coalesced(std::vector<std::
   constexpr const char* kOp = "all_gather_coalesced";
   size_t bytes = 0;
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputLists.size() == size_t(size_), kOp, ": expects one output list per rank (", size_, "), got ",
+    TORCH_CHECK(outputLists.size() == size_t(size_), "expects one output list per rank (", size_, "), got ",
                 outputLists.size());
     for (const auto& list : outputLists) {
-      TORCH_CHECK(list.size() == inputs.size(), kOp, ": each output list needs ", inputs.size(), " tensors");
+      TORCH_CHECK(list.size() == inputs.size(), "each output list needs ", inputs.size(), " tensors");
       for (size_t i = 0; i < inputs.size(); ++i) {
-        ops::checkCpuDense(inputs[i], kOp, "an input");
-        ops::checkCpuDense(list[i], kOp, "an output");
-        ops::checkLike(list[i], inputs[i], kOp, "an output");
+        ops::checkCpuDense(inputs[i], "an input");
+        ops::checkCpuDense(list[i], "an output");
+        ops::checkLike(list[i], inputs[i], "an output");
         bytes += ops::tensorBytes(list[i]);
       }
     }

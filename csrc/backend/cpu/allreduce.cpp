@@ -12,9 +12,9 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce(std::vector<at::Tensor>& te
   }
   shm::ReduceArgs args;
   guardCall(kOp, [&] {
-    TORCH_CHECK(tensors.size() == 1, kOp, ": expects exactly one tensor, got ", tensors.size());
-    ops::checkCpuDense(tensors[0], kOp, "the tensor");
-    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_, kOp);
+    TORCH_CHECK(tensors.size() == 1, "expects exactly one tensor, got ", tensors.size());
+    ops::checkCpuDense(tensors[0], "the tensor");
+    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_);
   });
   at::Tensor t = tensors[0];
   return launch(c10d::OpType::ALLREDUCE, "tuned:all_reduce", tensors, tensors, opts.asyncOp, opts.timeout,
@@ -32,14 +32,14 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce_coalesced(std::vector<at::T
   shm::ReduceArgs args;
   size_t bytes = 0;
   guardCall(kOp, [&] {
-    TORCH_CHECK(!tensors.empty(), kOp, ": expects at least one tensor");
+    TORCH_CHECK(!tensors.empty(), "expects at least one tensor");
     for (const auto& t : tensors) {
-      ops::checkCpuDense(t, kOp, "a tensor");
-      TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), kOp, ": all tensors must have one dtype, got ",
+      ops::checkCpuDense(t, "a tensor");
+      TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "all tensors must have one dtype, got ",
                   tensors[0].scalar_type(), " and ", t.scalar_type());
       bytes += ops::tensorBytes(t);
     }
-    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_, kOp);
+    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_);
   });
   std::vector<at::Tensor> ts = tensors;
   return launch(c10d::OpType::ALLREDUCE_COALESCED, "tuned:all_reduce_coalesced", tensors, tensors, opts.asyncOp,

@@ -110,9 +110,9 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduceSparse(std::vector<at::Tenso
                                                            const c10d::AllreduceOptions& opts) {
   guardCall(kOp, [&] {
     const at::Tensor& t = tensors[0];
-    TORCH_CHECK(t.device().is_cpu(), kOp, ": the sparse tensor must be on the CPU, got ", t.device());
-    TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, kOp,
-                ": a sparse tensor can only be summed (ReduceOp.SUM), as with gloo; got reduce op ",
+    TORCH_CHECK(t.device().is_cpu(), "the sparse tensor must be on the CPU, got ", t.device());
+    TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
+                "a sparse tensor can only be summed (ReduceOp.SUM), as with gloo; got reduce op ",
                 int(opts.reduceOp.op_));
   });
   at::Tensor t = tensors[0];

@@ -6,23 +6,22 @@ namespace tunedist {
 namespace {
 
 // Row counts per peer: the given splits, or an even split of dim 0.
-std::vector<int64_t> rowSplits(const std::vector<int64_t>& splits, const at::Tensor& t, int size, const char* op,
-                               const char* which) {
+std::vector<int64_t> rowSplits(const std::vector<int64_t>& splits, const at::Tensor& t, int size, const char* which) {
   if (splits.empty()) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    TORCH_CHECK(rows % size == 0, op, ": ", which, " has ", rows, " rows, not divisible by the group size ", size,
+    TORCH_CHECK(rows % size == 0, which, " has ", rows, " rows, not divisible by the group size ", size,
                 "; pass split sizes");
     return std::vector<int64_t>(size_t(size), rows / size);
   }
-  TORCH_CHECK(splits.size() == size_t(size), op, ": ", which, " split sizes have ", splits.size(),
-              " entries for a group of ", size);
+  TORCH_CHECK(splits.size() == size_t(size), which, " split sizes have ", splits.size(), " entries for a group of ",
+              size);
   int64_t total = 0;
   for (int64_t s : splits) {
-    TORCH_CHECK(s >= 0, op, ": negative split size ", s);
+    TORCH_CHECK(s >= 0, "negative split size ", s);
     total += s;
   }
   const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-  TORCH_CHECK(total == rows, op, ": ", which, " split sizes add up to ", total, " but the tensor has ", rows, " rows");
+  TORCH_CHECK(total == rows, which, " split sizes add up to ", total, " but the tensor has ", rows, " rows");
   return splits;
 }
 
@@ -36,12 +35,12 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall_base(at::Tensor& output, at:
   std::vector<int64_t> outRows;
   std::vector<int64_t> inRows;
   guardCall(kOp, [&] {
-    ops::checkCpuDense(input, kOp, "the input");
-    ops::checkCpuDense(output, kOp, "the output");
-    TORCH_CHECK(input.scalar_type() == output.scalar_type(), kOp, ": output dtype ", output.scalar_type(),
+    ops::checkCpuDense(input, "the input");
+    ops::checkCpuDense(output, "the output");
+    TORCH_CHECK(input.scalar_type() == output.scalar_type(), "output dtype ", output.scalar_type(),
                 " differs from input dtype ", input.scalar_type());
-    inRows = rowSplits(inputSplitSizes, input, size_, kOp, "the input");
-    outRows = rowSplits(outputSplitSizes, output, size_, kOp, "the output");
+    inRows = rowSplits(inputSplitSizes, input, size_, "the input");
+    outRows = rowSplits(outputSplitSizes, output, size_, "the output");
   });
   at::Tensor out = output;
   at::Tensor in = input;
@@ -76,13 +75,12 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall(std::vector<at::Tensor>& out
                                                     const c10d::AllToAllOptions& opts) {
   constexpr const char* kOp = "all_to_all";
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), kOp, ": expects ", size_,
+    TORCH_CHECK(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), "expects ", size_,
                 " inputs and outputs, got ", inputs.size(), " and ", outputs.size());
     for (int p = 0; p < size_; ++p) {
-      ops::checkCpuDense(inputs[p], kOp, "an input");
-      ops::checkCpuDense(outputs[p], kOp, "an output");
-      TORCH_CHECK(inputs[p].scalar_type() == outputs[p].scalar_type(), kOp, ": dtypes of input and output ", p,
-                  " differ");
+      ops::checkCpuDense(inputs[p], "an input");
+      ops::checkCpuDense(outputs[p], "an output");
+      TORCH_CHECK(inputs[p].scalar_type() == outputs[p].scalar_type(), "dtypes of input and output ", p, " differ");
     }
   });
   std::vector<at::Tensor> outs = outputs;

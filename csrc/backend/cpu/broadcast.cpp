@@ -8,10 +8,10 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::broadcast(std::vector<at::Tensor>& te
                                                      const c10d::BroadcastOptions& opts) {
   constexpr const char* kOp = "broadcast";
   guardCall(kOp, [&] {
-    TORCH_CHECK(tensors.size() == 1, kOp, ": expects exactly one tensor, got ", tensors.size());
-    ops::checkCpuDense(tensors[0], kOp, "the tensor");
-    ops::checkRoot(opts.rootRank, size_, kOp);
-    TORCH_CHECK(opts.rootTensor == 0, kOp, ": rootTensor must be 0, got ", opts.rootTensor);
+    TORCH_CHECK(tensors.size() == 1, "expects exactly one tensor, got ", tensors.size());
+    ops::checkCpuDense(tensors[0], "the tensor");
+    ops::checkRoot(opts.rootRank, size_);
+    TORCH_CHECK(opts.rootTensor == 0, "rootTensor must be 0, got ", opts.rootTensor);
   });
   at::Tensor t = tensors[0];
   const int root = int(opts.rootRank);

@@ -5,7 +5,7 @@
 
 namespace tunedist::ops {
 
-shm::DType reduceDType(at::ScalarType type, const char* op) {
+shm::DType reduceDType(at::ScalarType type) {
   switch (type) {
     case at::kFloat: return shm::DType::kFloat32;
     case at::kDouble: return shm::DType::kFloat64;
@@ -17,14 +17,14 @@ shm::DType reduceDType(at::ScalarType type, const char* op) {
     case at::kLong: return shm::DType::kInt64;
     case at::kBool: return shm::DType::kBool;
     default:
-      TORCH_CHECK(false, op, ": cannot reduce tensors of dtype ", type,
+      TORCH_CHECK(false, "cannot reduce tensors of dtype ", type,
                   "; supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool");
   }
 }
 
-shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize, const char* opName) {
+shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize) {
   shm::ReduceArgs args;
-  args.dtype = reduceDType(type, opName);
+  args.dtype = reduceDType(type);
   args.divisor = worldSize;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: args.op = shm::RedOp::kSum; break;
@@ -38,33 +38,32 @@ shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int wo
     case c10d::ReduceOp::PREMUL_SUM: {
       args.op = shm::RedOp::kPremulSum;
       auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-      TORCH_CHECK(sup != nullptr, opName, ": PREMUL_SUM without a factor");
+      TORCH_CHECK(sup != nullptr, "PREMUL_SUM without a factor");
       args.factor = sup->tensor_factor.defined() ? sup->tensor_factor.to(at::kDouble).item<double>()
                                                  : sup->double_factor;
       break;
     }
-    default: TORCH_CHECK(false, opName, ": unsupported reduce op ", int(op.op_));
+    default: TORCH_CHECK(false, "unsupported reduce op ", int(op.op_));
   }
   shm::checkReduceSupported(args.dtype, args.op);
   return args;
 }
 
-void checkRoot(int64_t root, int size, const char* op) {
-  TORCH_CHECK(root >= 0 && root < size, op, ": root ", root, " is outside the group of ", size);
+void checkRoot(int64_t root, int size) {
+  TORCH_CHECK(root >= 0 && root < size, "root ", root, " is outside the group of ", size);
 }
 
-void checkCpuDense(const at::Tensor& t, const char* op, const char* what) {
-  TORCH_CHECK(t.defined(), op, ": ", what, " is undefined");
-  TORCH_CHECK(t.device().is_cpu(), op, ": ", what, " is on ", t.device(),
+void checkCpuDense(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.defined(), what, " is undefined");
+  TORCH_CHECK(t.device().is_cpu(), what, " is on ", t.device(),
               "; the `tuned` backend serves CPU tensors (and CUDA tensors through NCCL)");
-  TORCH_CHECK(t.layout() == at::kStrided, op, ": ", what, " must be a dense (strided) tensor, got ", t.layout());
+  TORCH_CHECK(t.layout() == at::kStrided, what, " must be a dense (strided) tensor, got ", t.layout());
 }
 
-void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* what) {
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", what, " has dtype ", t.scalar_type(),
-              " but the input has ", ref.scalar_type());
-  TORCH_CHECK(t.numel() == ref.numel(), op, ": ", what, " has ", t.numel(), " elements but the input has ",
-              ref.numel());
+void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* what) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), what, " has dtype ", t.scalar_type(), " but the input has ",
+              ref.scalar_type());
+  TORCH_CHECK(t.numel() == ref.numel(), what, " has ", t.numel(), " elements but the input has ", ref.numel());
 }
 
 at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>& blocks, int rank) {

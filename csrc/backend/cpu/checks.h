@@ -1,5 +1,6 @@
 // Helpers shared by the CPU side's entry points: dtype and reduce-op translation, tensor checks and contiguous
-// staging.
+// staging. A failed check throws what was wrong only; the entry point's guardCall (or p2p's checkP2pCall) puts
+// the op and the rank in front once: "tunedist: all_reduce: rank 1 of 2: the tensor is on cuda:0; ...".
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,17 +15,17 @@
 
 namespace tunedist::ops {
 
-// The engine's element type for a reduction; throws naming the op for a dtype the engine cannot reduce.
-shm::DType reduceDType(at::ScalarType type, const char* op);
+// The engine's element type for a reduction; throws for a dtype the engine cannot reduce.
+shm::DType reduceDType(at::ScalarType type);
 // ReduceOp (with its PREMUL_SUM factor) to the engine's arguments for `worldSize` ranks; throws if unsupported.
-shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize, const char* opName);
+shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize);
 
-// A root rank inside the group; throws naming the op.
-void checkRoot(int64_t root, int size, const char* op);
-// A dense CPU tensor; throws naming the op and what was wrong.
-void checkCpuDense(const at::Tensor& t, const char* op, const char* what);
+// A root rank inside the group.
+void checkRoot(int64_t root, int size);
+// A dense CPU tensor; throws naming `what` ("the input") and what was wrong.
+void checkCpuDense(const at::Tensor& t, const char* what);
 // Same dtype and element count as `ref`; throws naming both.
-void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* what);
+void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* what);
 // The engines' tensor helpers (backend/engine/tensors.h), under the names the entry points use.
 using tunedist::copyBack;
 using tunedist::overlaps;

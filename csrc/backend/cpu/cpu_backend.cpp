@@ -49,7 +49,7 @@ CpuBackend::Options CpuBackend::options() const {
 }
 
 void CpuBackend::rejectCall(const char* op, const std::string& message) {
-  std::string full = c10::str("tunedist: ", op, " on rank ", rank_, " of ", size_, ": ", message);
+  std::string full = c10::str("tunedist: ", op, ": rank ", rank_, " of ", size_, ": ", message);
   // Peers may already be waiting for this rank inside the same operation: fail the group so they stop too.
   try {
     hostLayout(std::chrono::steady_clock::now() + effectiveTimeout(c10d::kUnsetTimeout));

@@ -9,18 +9,18 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::gather(std::vector<std::vector<at::Te
   constexpr const char* kOp = "gather";
   const int root = int(opts.rootRank);
   guardCall(kOp, [&] {
-    ops::checkRoot(opts.rootRank, size_, kOp);
-    TORCH_CHECK(inputs.size() == 1, kOp, ": expects exactly one input, got ", inputs.size());
-    ops::checkCpuDense(inputs[0], kOp, "the input");
+    ops::checkRoot(opts.rootRank, size_);
+    TORCH_CHECK(inputs.size() == 1, "expects exactly one input, got ", inputs.size());
+    ops::checkCpuDense(inputs[0], "the input");
     if (rank_ == root) {
-      TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == size_t(size_), kOp,
-                  ": the root needs one output list of ", size_, " tensors");
+      TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == size_t(size_), "the root needs one output list of ",
+                  size_, " tensors");
       for (const auto& o : outputs[0]) {
-        ops::checkCpuDense(o, kOp, "an output");
-        ops::checkLike(o, inputs[0], kOp, "an output");
+        ops::checkCpuDense(o, "an output");
+        ops::checkLike(o, inputs[0], "an output");
       }
     } else {
-      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), kOp, ": only the root (rank ", root,
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "only the root (rank ", root,
                   ") takes an output list");
     }
   });

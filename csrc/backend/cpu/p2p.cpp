@@ -26,19 +26,19 @@ void checkP2pCall(int rank, int size, const char* op, F&& checks) {
   try {
     checks();
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "tunedist: ", op, " on rank ", rank, " of ", size, ": ", e.what_without_backtrace());
+    TORCH_CHECK(false, "tunedist: ", op, ": rank ", rank, " of ", size, ": ", e.what_without_backtrace());
   }
 }
 
-void checkTensors(const std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK(tensors.size() == 1, op, ": expects exactly one tensor, got ", tensors.size());
-  ops::checkCpuDense(tensors[0], op, "the tensor");
+void checkTensors(const std::vector<at::Tensor>& tensors) {
+  TORCH_CHECK(tensors.size() == 1, "expects exactly one tensor, got ", tensors.size());
+  ops::checkCpuDense(tensors[0], "the tensor");
 }
 
-void checkPeer(int peer, int rank, int size, const char* op, const char* role) {
-  TORCH_CHECK(peer >= 0 && peer < size, op, ": ", role, " rank ", peer, " is outside the group of ", size, " ranks");
+void checkPeer(int peer, int rank, int size, const char* role) {
+  TORCH_CHECK(peer >= 0 && peer < size, role, " rank ", peer, " is outside the group of ", size, " ranks");
   // As with gloo: a rank cannot send to or receive from itself.
-  TORCH_CHECK(peer != rank, op, ": ", role, " rank ", peer, " is this rank; sending to oneself is not supported");
+  TORCH_CHECK(peer != rank, role, " rank ", peer, " is this rank; sending to oneself is not supported");
 }
 
 // Completes `work` from the engine's callback; `finish` (may be empty) runs first on success, e.g. to copy a
@@ -104,8 +104,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int sr
 
 c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   checkP2pCall(rank_, size_, kSend, [&] {
-    checkTensors(tensors, kSend);
-    checkPeer(dstRank, rank_, size_, kSend, "destination");
+    checkTensors(tensors);
+    checkPeer(dstRank, rank_, size_, "destination");
   });
   const at::Tensor& t = tensors[0];
   // Sent from the caller's memory when it is contiguous (the caller must leave it alone until the Work
@@ -124,14 +124,14 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors
 
 c10::intrusive_ptr<c10d::Work> CpuBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   checkP2pCall(rank_, size_, kRecv, [&] {
-    checkTensors(tensors, kRecv);
-    checkPeer(srcRank, rank_, size_, kRecv, "source");
+    checkTensors(tensors);
+    checkPeer(srcRank, rank_, size_, "source");
   });
   return startRecv(tensors[0], srcRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> CpuBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  checkP2pCall(rank_, size_, "recv (any source)", [&] { checkTensors(tensors, kRecv); });
+  checkP2pCall(rank_, size_, "recv (any source)", [&] { checkTensors(tensors); });
   return startRecv(tensors[0], -1, tag);
 }
 

@@ -8,11 +8,11 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::reduce(std::vector<at::Tensor>& tenso
   constexpr const char* kOp = "reduce";
   shm::ReduceArgs args;
   guardCall(kOp, [&] {
-    TORCH_CHECK(tensors.size() == 1, kOp, ": expects exactly one tensor, got ", tensors.size());
-    ops::checkCpuDense(tensors[0], kOp, "the tensor");
-    ops::checkRoot(opts.rootRank, size_, kOp);
-    TORCH_CHECK(opts.rootTensor == 0, kOp, ": rootTensor must be 0, got ", opts.rootTensor);
-    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_, kOp);
+    TORCH_CHECK(tensors.size() == 1, "expects exactly one tensor, got ", tensors.size());
+    ops::checkCpuDense(tensors[0], "the tensor");
+    ops::checkRoot(opts.rootRank, size_);
+    TORCH_CHECK(opts.rootTensor == 0, "rootTensor must be 0, got ", opts.rootTensor);
+    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_);
   });
   at::Tensor t = tensors[0];
   const int root = int(opts.rootRank);

@@ -18,12 +18,12 @@ std::vector<at::Tensor> chunksOf(const at::Tensor& input, int size) {
   return ops::flatSlices(ops::staged(input), size);
 }
 
-void checkReduceScatterBase(const at::Tensor& out, const at::Tensor& in, int size, const char* op) {
-  ops::checkCpuDense(in, op, "the input");
-  ops::checkCpuDense(out, op, "the output");
-  TORCH_CHECK(out.scalar_type() == in.scalar_type(), op, ": output dtype ", out.scalar_type(),
-              " differs from input dtype ", in.scalar_type());
-  TORCH_CHECK(in.numel() == out.numel() * size, op, ": the input has ", in.numel(), " elements; expected output size ",
+void checkReduceScatterBase(const at::Tensor& out, const at::Tensor& in, int size) {
+  ops::checkCpuDense(in, "the input");
+  ops::checkCpuDense(out, "the output");
+  TORCH_CHECK(out.scalar_type() == in.scalar_type(), "output dtype ", out.scalar_type(), " differs from input dtype ",
+              in.scalar_type());
+  TORCH_CHECK(in.numel() == out.numel() * size, "the input has ", in.numel(), " elements; expected output size ",
               out.numel(), " x group size ", size);
 }
 
@@ -35,15 +35,15 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::reduce_scatter(std::vector<at::Tensor
   constexpr const char* kOp = "reduce_scatter";
   shm::ReduceArgs args;
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, kOp, ": expects one output and one input list");
-    TORCH_CHECK(inputs[0].size() == size_t(size_), kOp, ": the input list has ", inputs[0].size(),
-                " tensors for a group of ", size_);
-    ops::checkCpuDense(outputs[0], kOp, "the output");
+    TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, "expects one output and one input list");
+    TORCH_CHECK(inputs[0].size() == size_t(size_), "the input list has ", inputs[0].size(), " tensors for a group of ",
+                size_);
+    ops::checkCpuDense(outputs[0], "the output");
     for (const auto& i : inputs[0]) {
-      ops::checkCpuDense(i, kOp, "an input");
-      ops::checkLike(i, outputs[0], kOp, "an input");
+      ops::checkCpuDense(i, "an input");
+      ops::checkLike(i, outputs[0], "an input");
     }
-    args = ops::reduceArgs(opts.reduceOp, outputs[0].scalar_type(), size_, kOp);
+    args = ops::reduceArgs(opts.reduceOp, outputs[0].scalar_type(), size_);
   });
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> blocks = inputs[0];
@@ -59,8 +59,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::_reduce_scatter_base(at::Tensor& outp
   constexpr const char* kOp = "reduce_scatter_tensor";
   shm::ReduceArgs args;
   guardCall(kOp, [&] {
-    checkReduceScatterBase(output, input, size_, kOp);
-    args = ops::reduceArgs(opts.reduceOp, output.scalar_type(), size_, kOp);
+    checkReduceScatterBase(output, input, size_);
+    args = ops::reduceArgs(opts.reduceOp, output.scalar_type(), size_);
   });
   at::Tensor out = output;
   at::Tensor in = input;
@@ -79,10 +79,10 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::reduce_scatter_tensor_coalesced(std::
   std::vector<shm::ReduceArgs> args;
   size_t bytes = 0;
   guardCall(kOp, [&] {
-    TORCH_CHECK(outputs.size() == inputs.size(), kOp, ": ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+    TORCH_CHECK(outputs.size() == inputs.size(), outputs.size(), " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); ++i) {
-      checkReduceScatterBase(outputs[i], inputs[i], size_, kOp);
-      args.push_back(ops::reduceArgs(opts.reduceOp, outputs[i].scalar_type(), size_, kOp));
+      checkReduceScatterBase(outputs[i], inputs[i], size_);
+      args.push_back(ops::reduceArgs(opts.reduceOp, outputs[i].scalar_type(), size_));
       bytes += ops::tensorBytes(inputs[i]);
     }
   });

@@ -10,18 +10,18 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::scatter(std::vector<at::Tensor>& outp
   constexpr const char* kOp = "scatter";
   const int root = int(opts.rootRank);
   guardCall(kOp, [&] {
-    ops::checkRoot(opts.rootRank, size_, kOp);
-    TORCH_CHECK(outputs.size() == 1, kOp, ": expects exactly one output, got ", outputs.size());
-    ops::checkCpuDense(outputs[0], kOp, "the output");
+    ops::checkRoot(opts.rootRank, size_);
+    TORCH_CHECK(outputs.size() == 1, "expects exactly one output, got ", outputs.size());
+    ops::checkCpuDense(outputs[0], "the output");
     if (rank_ == root) {
-      TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == size_t(size_), kOp, ": the root needs one input list of ",
-                  size_, " tensors");
+      TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == size_t(size_), "the root needs one input list of ", size_,
+                  " tensors");
       for (const auto& i : inputs[0]) {
-        ops::checkCpuDense(i, kOp, "an input");
-        ops::checkLike(i, outputs[0], kOp, "an input");
+        ops::checkCpuDense(i, "an input");
+        ops::checkLike(i, outputs[0], "an input");
       }
     } else {
-      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), kOp, ": only the root (rank ", root,
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "only the root (rank ", root,
                   ") takes an input list");
     }
   });

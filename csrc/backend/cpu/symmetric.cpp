@@ -6,10 +6,10 @@ namespace tunedist {
 
 at::Tensor CpuBackend::allocateTensor(long size, at::TensorOptions options) {
   constexpr const char* kOp = "allocate_tensor";
-  TORCH_CHECK(size >= 0, "tunedist: ", kOp, " on rank ", rank_, ": size must be >= 0, got ", size);
-  TORCH_CHECK(!options.has_device() || options.device().is_cpu(), "tunedist: ", kOp, " on rank ", rank_,
+  TORCH_CHECK(size >= 0, "tunedist: ", kOp, ": rank ", rank_, ": size must be >= 0, got ", size);
+  TORCH_CHECK(!options.has_device() || options.device().is_cpu(), "tunedist: ", kOp, ": rank ", rank_,
               ": the CPU side allocates CPU tensors only, got device ", options.device());
-  TORCH_CHECK(!options.has_layout() || options.layout() == c10::kStrided, "tunedist: ", kOp, " on rank ", rank_,
+  TORCH_CHECK(!options.has_layout() || options.layout() == c10::kStrided, "tunedist: ", kOp, ": rank ", rank_,
               ": only strided (dense) tensors can be symmetric");
   const auto dtype = options.has_dtype() ? options.dtype() : caffe2::TypeMeta::Make<float>();
   const size_t bytes = std::max<size_t>(size_t(size) * dtype.itemsize(), 1);

@@ -325,3 +325,38 @@ TEST_CASE("backend: ranks that disagree on the size all fail naming the op, and 
     expect(later.find("earlier failure") != std::string::npos, "the next call: " + later);
   });
 }
+
+TEST_CASE("backend: a caller error names the op and the rank once, in front", "[backend][faults]") {
+  // Each case on a group of its own: a caller error fails the group.
+  auto messageOf = [](const std::function<void()>& call) -> std::string {
+    try {
+      call();
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  auto count = [](const std::string& text, const std::string& word) {
+    size_t n = 0;
+    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + word.size())) {
+      ++n;
+    }
+    return n;
+  };
+  runRanks(1, [&](int, BackendPtr& backend) {
+    std::vector<at::Tensor> t{at::ones({4})};
+    c10d::BroadcastOptions options;
+    options.rootRank = 5;
+    const std::string message = messageOf([&] { backend->broadcast(t, options); });
+    expect(message.rfind("tunedist: broadcast: rank 0 of 1: root 5 is outside the group of 1", 0) == 0 &&
+               count(message, "broadcast") == 1,
+           "a root outside the group: " + message);
+  });
+  runRanks(1, [&](int, BackendPtr& backend) {
+    std::vector<at::Tensor> t{at::ones({4}, at::kComplexFloat)};
+    const std::string message = messageOf([&] { backend->allreduce(t); });
+    expect(message.rfind("tunedist: all_reduce: rank 0 of 1: cannot reduce tensors of dtype ComplexFloat", 0) == 0 &&
+               count(message, "all_reduce") == 1,
+           "a dtype the engine cannot reduce: " + message);
+  });
+}
