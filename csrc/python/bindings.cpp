@@ -186,7 +186,6 @@ PYBIND11_MODULE(_C, m) {
           "perform_nocolor_split", [](tunedist::TunedBackend&, const py::object&) {}, py::arg("device"),
           "Nothing to do: ranks outside a new `tuned` group take no part in creating it.");
   m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
-  m.def("build_id", [] { return std::string(TUNEDIST_BUILD_ID_STR); });
   m.def("version", &tunedist::versionString);
   m.def("simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::activeSimdLevel())); });
   m.def("best_simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::detectSimdLevel())); });

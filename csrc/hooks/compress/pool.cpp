@@ -33,14 +33,8 @@ at::Tensor CompressionPool::acquire(int64_t numel, const at::TensorOptions& opti
     free_.erase(best);
     return buffer.narrow(0, 0, numel);
   }
-  std::erase_if(free_, [&](const at::Tensor& t) {
-    if (!sameKind(t, options)) return false;
-    bytes_ -= static_cast<int64_t>(t.nbytes());
-    return true;
-  });
-  at::Tensor buffer = at::empty({numel}, options);
-  bytes_ += static_cast<int64_t>(buffer.nbytes());
-  return buffer;
+  std::erase_if(free_, [&](const at::Tensor& t) { return sameKind(t, options); });
+  return at::empty({numel}, options);
 }
 
 void CompressionPool::release(const at::Tensor& tensor) {
@@ -53,12 +47,6 @@ void CompressionPool::release(const at::Tensor& tensor) {
   free_.push_back(tensor.storage_offset() == 0 ? tensor.as_strided({capacity}, {1}) : tensor);
 }
 
-int64_t CompressionPool::bytes() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return bytes_;
-}
-
 std::shared_ptr<CompressionPool> makeCompressionPool() { return std::make_shared<CompressionPool>(); }
-int64_t compressionPoolBytes(const CompressionPool& pool) { return pool.bytes(); }
 
 }  // namespace tunedist::hooks

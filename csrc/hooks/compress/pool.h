@@ -20,12 +20,10 @@ class CompressionPool {
   at::Tensor acquire(int64_t numel, const at::TensorOptions& options);
   // Gives back a tensor acquire() returned, once nothing reads or writes it any more (a non-CPU one is dropped).
   void release(const at::Tensor& tensor);
-  int64_t bytes() const;
 
  private:
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::vector<at::Tensor> free_;  // whole buffers
-  int64_t bytes_ = 0;             // allocated by the pool: free and in use
 };
 
 }  // namespace tunedist::hooks

@@ -49,6 +49,5 @@ std::unique_ptr<c10d::CommHookInterface> makeLowPrecisionWrapper(std::unique_ptr
 at::Tensor hookResultTensor(const c10::IValue& result);
 
 std::shared_ptr<CompressionPool> makeCompressionPool();
-int64_t compressionPoolBytes(const CompressionPool& pool);
 
 }  // namespace tunedist::hooks
