@@ -185,7 +185,7 @@ def _sweep(model, candidates, opts, reverse: bool):
     # another load than the rest.
     opts = dataclasses.replace(opts, interleave=len(order))
     t0 = time.perf_counter()
-    timings = tune.measure_candidates(model, order, model.loss, None, options=opts)
+    timings = tune.tuner.measure_candidates(model, order, model.loss, None, options=opts)
     return {c: t for c, t in zip(order, timings)}, time.perf_counter() - t0
 
 
@@ -199,7 +199,7 @@ def _confirm(model, candidates, opts, steps: int) -> dict:
     """The finalists again, in turns in one go, `steps` timed steps each: {candidate: StepTiming}. Their
     `relative` (median over rounds of the step over the round's mean step) cancels the load's drift."""
     opts = dataclasses.replace(opts, trial_steps=steps, interleave=len(candidates))
-    return dict(zip(candidates, tune.measure_candidates(model, candidates, model.loss, None, options=opts)))
+    return dict(zip(candidates, tune.tuner.measure_candidates(model, candidates, model.loss, None, options=opts)))
 
 
 def bench_model(name: str, args) -> dict:
@@ -264,7 +264,7 @@ def bench_model(name: str, args) -> dict:
         "tuner_time": tuner_over_sweep <= TIME_TARGET,
     }
     return {
-        "model": name, "model_bytes": tune.measure.model_bytes(model), "tensors": len(tune.params_of(model)),
+        "model": name, "model_bytes": tune.measure.model_bytes(model), "tensors": len(tune.measure.params_of(model)),
         "candidates": len(candidates),
         "sweep_ms": {c.label: med[c] * 1e3 for c in sweep_set},
         "sweep_runs_ms": [{c.label: s[c].median_s * 1e3 for c in sweep_set} for s in sweeps],

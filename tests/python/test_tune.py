@@ -11,8 +11,10 @@ import torch.distributed as dist
 
 from dist_utils import launch
 from tunedist import tune
-from tunedist.tune.candidates import ddp_accepts_cap_list
-from tunedist.tune.costmodel import MIB
+from tunedist.tune.candidates import build_ddp, ddp_accepts_cap_list, register_hook
+from tunedist.tune.costmodel import MIB, CommModel, Prediction, assign_buckets, fit_comm_model, simulate
+from tunedist.tune.measure import ReadyProfile, StepTiming, measure_ready_times, params_of
+from tunedist.tune.tuner import choose_trial, select_trials
 
 # --------------------------------------------------------------------------------------------------- unit tests
 
@@ -21,12 +23,12 @@ from tunedist.tune.costmodel import MIB
 def test_fit_recovers_alpha_beta(alpha_us, beta_gbps):
     sizes = [4096 << (2 * k) for k in range(7)]  # 4 KiB .. 16 MiB
     alpha, g = alpha_us * 1e-6, 1 / (beta_gbps * 1e9)
-    exact = tune.fit_comm_model(sizes, [alpha + n * g for n in sizes])
+    exact = fit_comm_model(sizes, [alpha + n * g for n in sizes])
     assert math.isclose(exact.alpha_s, alpha, rel_tol=1e-6) and math.isclose(exact.beta_bps, 1 / g, rel_tol=1e-6)
     assert exact.max_rel_err < 1e-9
     # +-5% deterministic noise: the fit stays close, and the error it reports is the noise it saw.
     noise = [1.05, 0.95, 1.03, 0.97, 1.05, 0.96, 1.04]
-    noisy = tune.fit_comm_model(sizes, [(alpha + n * g) * e for n, e in zip(sizes, noise)])
+    noisy = fit_comm_model(sizes, [(alpha + n * g) * e for n, e in zip(sizes, noise)])
     assert noisy.alpha_s == pytest.approx(alpha, rel=0.1) and noisy.beta_bps == pytest.approx(1 / g, rel=0.1)
     assert 0.02 < noisy.max_rel_err < 0.1
 
@@ -35,36 +37,36 @@ def test_fit_reports_a_bad_fit_and_rejects_bad_input():
     sizes = [1 << k for k in range(10, 24, 2)]
     # A step at 256 KiB (two algorithms) does not fit one line: the reported error says so.
     times = [20e-6 if n <= 256 << 10 else 200e-6 + n / 3e9 for n in sizes]
-    assert tune.fit_comm_model(sizes, times).max_rel_err > 0.3
+    assert fit_comm_model(sizes, times).max_rel_err > 0.3
     with pytest.raises(ValueError, match="at least 2"):
-        tune.fit_comm_model([4096], [1e-5])
+        fit_comm_model([4096], [1e-5])
     with pytest.raises(ValueError, match="distinct sizes"):
-        tune.fit_comm_model([4096, 4096], [1e-5, 2e-5])
+        fit_comm_model([4096, 4096], [1e-5, 2e-5])
 
 
 def test_assign_buckets_follows_ddp_rules():
     mb = MIB
     # Closes at >= the limit, never splits a tensor, first limit then the cap.
-    assert tune.assign_buckets([mb, mb, mb, mb], [2 * mb]) == [[0, 1], [2, 3]]
-    assert tune.assign_buckets([mb, mb, mb, mb], [mb, 3 * mb]) == [[0], [1, 2, 3]]
-    assert tune.assign_buckets([5 * mb, 1, 1], [mb, 2 * mb]) == [[0], [1, 2]]
-    assert tune.assign_buckets([mb // 2] * 3, [mb]) == [[0, 1], [2]]
+    assert assign_buckets([mb, mb, mb, mb], [2 * mb]) == [[0, 1], [2, 3]]
+    assert assign_buckets([mb, mb, mb, mb], [mb, 3 * mb]) == [[0], [1, 2, 3]]
+    assert assign_buckets([5 * mb, 1, 1], [mb, 2 * mb]) == [[0], [1, 2]]
+    assert assign_buckets([mb // 2] * 3, [mb]) == [[0, 1], [2]]
     # Separate buckets per key (dtype/device); the ones still open come last in first-seen order.
-    assert tune.assign_buckets([mb, mb, mb], [2 * mb], keys=["f", "h", "f"]) == [[0, 2], [1]]
+    assert assign_buckets([mb, mb, mb], [2 * mb], keys=["f", "h", "f"]) == [[0, 2], [1]]
     with pytest.raises(ValueError):
-        tune.assign_buckets([1], [])
+        assign_buckets([1], [])
 
 
 def test_simulate_one_comm_stream():
-    comm = tune.CommModel(alpha_s=1.0, s_per_byte=1.0, points=(), max_rel_err=0.0, rms_rel_err=0.0)
+    comm = CommModel(alpha_s=1.0, s_per_byte=1.0, points=(), max_rel_err=0.0, rms_rel_err=0.0)
     # Ready at 1, 2, 10; each bucket of one byte takes 2 s; backward ends at 10.
-    p = tune.simulate([1.0, 2.0, 10.0], [1, 1, 1], [1], comm, backward_s=10.0, compute_step_s=15.0)
+    p = simulate([1.0, 2.0, 10.0], [1, 1, 1], [1], comm, backward_s=10.0, compute_step_s=15.0)
     # Bucket 0: 1 -> 3, bucket 1: 3 -> 5, bucket 2: 10 -> 12: 2 s exposed.
     assert p.exposed_s == pytest.approx(2.0) and p.step_s == pytest.approx(17.0) and p.comm_s == pytest.approx(6.0)
-    one = tune.simulate([1.0, 2.0, 10.0], [1, 1, 1], [100], comm, backward_s=10.0, compute_step_s=15.0)
+    one = simulate([1.0, 2.0, 10.0], [1, 1, 1], [100], comm, backward_s=10.0, compute_step_s=15.0)
     assert one.bucket_bytes == (3,) and one.exposed_s == pytest.approx(4.0)
     # Contention charges the overlapped part; the overhead each bucket.
-    c = tune.simulate([1.0, 2.0, 10.0], [1, 1, 1], [1], comm, 10.0, 15.0, contention=0.5, bucket_overhead_s=0.1)
+    c = simulate([1.0, 2.0, 10.0], [1, 1, 1], [1], comm, 10.0, 15.0, contention=0.5, bucket_overhead_s=0.1)
     assert c.step_s == pytest.approx(15.0 + 2.0 + 0.5 * 4.0 + 0.3)
 
 
@@ -78,9 +80,9 @@ def test_candidates_and_ddp_arguments():
     firsts = [c for c in tune.make_candidates(64 * MIB, first_mb=(1.0,)) if c.first_mb is not None]
     assert bool(firsts) == ddp_accepts_cap_list() and all(c.first_mb < c.cap_mb for c in firsts)
     with pytest.raises(ValueError, match="bucket_cap_mb"):
-        tune.build_ddp(torch.nn.Linear(2, 2), tune.Candidate(4), bucket_cap_mb=8)
+        build_ddp(torch.nn.Linear(2, 2), tune.Candidate(4), bucket_cap_mb=8)
     with pytest.raises(ValueError, match="unknown hook"):
-        tune.register_hook(None, "int8")
+        register_hook(None, "int8")
 
 
 def _rows(profile, machine, candidates):
@@ -92,32 +94,32 @@ def _rows(profile, machine, candidates):
 
 def test_select_trials_hedges_the_contention():
     # 8 tensors of 1 MiB ready every 10 ms over an 80 ms backward; 5 ms per MiB on the wire, 1 ms per bucket.
-    profile = tune.ReadyProfile(order=tuple(range(8)), ready_s=tuple(0.01 * (k + 1) for k in range(8)),
+    profile = ReadyProfile(order=tuple(range(8)), ready_s=tuple(0.01 * (k + 1) for k in range(8)),
                                 param_bytes=(MIB,) * 8, shapes=((MIB // 4,),) * 8, forward_s=0.04, backward_s=0.08)
-    comm = tune.CommModel(alpha_s=1e-3, s_per_byte=5e-3 / MIB, points=(), max_rel_err=0.0, rms_rel_err=0.0)
+    comm = CommModel(alpha_s=1e-3, s_per_byte=5e-3 / MIB, points=(), max_rel_err=0.0, rms_rel_err=0.0)
     machine = tune.costmodel.MachineModel(comm=comm, contention=0.1, bucket_overhead_s=1e-3)
     candidates = [tune.Candidate(c) for c in (0.5, 1, 2, 4, 8, 16)] + [tune.Candidate(16, 1)]
     rows = _rows(profile, machine, candidates)
     # Overlap nearly free: small buckets predicted best. At contention 1 overlap buys nothing: one bucket wins.
     assert len(rows[0].prediction.bucket_bytes) > 1
-    picked = tune.select_trials(rows, profile, machine, None, top_k=2)
+    picked = select_trials(rows, profile, machine, None, top_k=2)
     assert picked[0] is rows[0] and picked[1].candidate == tune.Candidate(16)
     # Caps 0.5 and 1 MiB give the same buckets (one per tensor), and so do 8 and 16 (one): never both measured.
-    everything = tune.select_trials(rows, profile, machine, None, top_k=len(rows))
+    everything = select_trials(rows, profile, machine, None, top_k=len(rows))
     layouts = [r.prediction.bucket_bytes for r in everything]
     assert len(set(layouts)) == len(layouts) == len(rows) - 2
-    assert [r.candidate for r in tune.select_trials(rows, profile, machine, None, top_k=1)] == [rows[0].candidate]
+    assert [r.candidate for r in select_trials(rows, profile, machine, None, top_k=1)] == [rows[0].candidate]
     # With contention 1 measured, the hedge is the other extreme: overlap for free.
     full = dataclasses.replace(machine, contention=1.0)
     rows1 = _rows(profile, full, candidates)
-    picked1 = tune.select_trials(rows1, profile, full, None, top_k=2)
+    picked1 = select_trials(rows1, profile, full, None, top_k=2)
     assert picked1[0].candidate == tune.Candidate(16)
     assert picked1[1].candidate == _rows(profile, dataclasses.replace(machine, contention=0.0), candidates)[0].candidate
-    assert tune.select_trials([], profile, machine, None, top_k=2) == []
+    assert select_trials([], profile, machine, None, top_k=2) == []
 
 
 def test_calibrated_comm_model():
-    fit = tune.CommModel(alpha_s=1e-4, s_per_byte=1e-9, points=((4096, 1e-4), (MIB, 1.1e-3)), max_rel_err=0.0,
+    fit = CommModel(alpha_s=1e-4, s_per_byte=1e-9, points=((4096, 1e-4), (MIB, 1.1e-3)), max_rel_err=0.0,
                          rms_rel_err=0.0)
     # After a backward the model's 16 MiB take 2.5x the fit: the bandwidth term takes it all, the latency stays.
     n = 16 * MIB
@@ -138,32 +140,32 @@ def test_calibrated_comm_model():
 
 def _measured_rows(relatives, sds, steps=8):
     cands = [tune.Candidate(c) for c in (4, 16, 1, 2)][:len(relatives)]
-    pred = tune.Prediction(step_s=0.05, exposed_s=0.0, comm_s=0.0, bucket_bytes=(1,))
-    return [tune.report.Row(c, pred, tune.StepTiming(median_s=0.05 * r, spread_s=0.001, steps=steps, relative=r,
+    pred = Prediction(step_s=0.05, exposed_s=0.0, comm_s=0.0, bucket_bytes=(1,))
+    return [tune.report.Row(c, pred, StepTiming(median_s=0.05 * r, spread_s=0.001, steps=steps, relative=r,
                                                       relative_sd=sd)) for c, r, sd in zip(cands, relatives, sds)]
 
 
 def test_choose_trial_needs_a_clear_win_to_overrule_the_prediction():
     # sd 0.07 over 8 rounds: the standard error of a difference is 0.035.
-    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07]), True, 1.0) == 0  # within the noise
-    assert tune.choose_trial(_measured_rows([1.05, 0.95], [0.07, 0.07]), True, 1.0) == 1  # beyond it
-    assert tune.choose_trial(_measured_rows([0.98, 1.03], [0.07, 0.07]), True, 1.0) == 0  # the prediction was best
+    assert choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07]), True, 1.0) == 0  # within the noise
+    assert choose_trial(_measured_rows([1.05, 0.95], [0.07, 0.07]), True, 1.0) == 1  # beyond it
+    assert choose_trial(_measured_rows([0.98, 1.03], [0.07, 0.07]), True, 1.0) == 0  # the prediction was best
     # More rounds, or a steadier machine, make the same gap decisive.
-    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07], steps=64), True, 1.0) == 1
-    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.01, 0.01]), True, 1.0) == 1
+    assert choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07], steps=64), True, 1.0) == 1
+    assert choose_trial(_measured_rows([1.02, 0.99], [0.01, 0.01]), True, 1.0) == 1
     # sigmas 0: the least measured wins outright. Three trials: the least is what may overrule.
-    assert tune.choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07]), True, 0.0) == 1
-    assert tune.choose_trial(_measured_rows([1.06, 1.0, 0.94], [0.05, 0.05, 0.05]), True, 1.0) == 2
-    # Beside the rounds' error, the windows': with window_sd 0.08 (the CI machine's), the error of the difference is
+    assert choose_trial(_measured_rows([1.02, 0.99], [0.07, 0.07]), True, 0.0) == 1
+    assert choose_trial(_measured_rows([1.06, 1.0, 0.94], [0.05, 0.05, 0.05]), True, 1.0) == 2
+    # Beside the rounds' error, the windows': with window_sd 0.08 (the default), the error of the difference is
     # sqrt(0.035^2 + 0.08^2) = 0.087, so a 10% lead overrules the prediction and an 8% one does not.
-    assert tune.choose_trial(_measured_rows([1.05, 0.95], [0.07, 0.07]), True, 1.0, window_sd=0.08) == 1
-    assert tune.choose_trial(_measured_rows([1.04, 0.96], [0.07, 0.07]), True, 1.0, window_sd=0.08) == 0
-    assert tune.choose_trial(_measured_rows([1.04, 0.96], [0.07, 0.07]), True, 1.0) == 1
+    assert choose_trial(_measured_rows([1.05, 0.95], [0.07, 0.07]), True, 1.0, window_sd=0.08) == 1
+    assert choose_trial(_measured_rows([1.04, 0.96], [0.07, 0.07]), True, 1.0, window_sd=0.08) == 0
+    assert choose_trial(_measured_rows([1.04, 0.96], [0.07, 0.07]), True, 1.0) == 1
     # Measured apart: by the median step and its spread (1 ms / 0.674 each, a standard error of 0.74 ms).
-    assert tune.choose_trial(_measured_rows([1.0, 0.99], [0.0, 0.0]), False, 1.0) == 0  # 0.5 ms faster
-    assert tune.choose_trial(_measured_rows([1.0, 0.97], [0.0, 0.0]), False, 1.0) == 1  # 1.5 ms faster
+    assert choose_trial(_measured_rows([1.0, 0.99], [0.0, 0.0]), False, 1.0) == 0  # 0.5 ms faster
+    assert choose_trial(_measured_rows([1.0, 0.97], [0.0, 0.0]), False, 1.0) == 1  # 1.5 ms faster
     # ... and window_sd as a share of the reference's median step (0.03 x 50 ms: 1.5 ms, 1.67 ms in all).
-    assert tune.choose_trial(_measured_rows([1.0, 0.97], [0.0, 0.0]), False, 1.0, window_sd=0.03) == 0
+    assert choose_trial(_measured_rows([1.0, 0.97], [0.0, 0.0]), False, 1.0, window_sd=0.03) == 0
 
 
 # --------------------------------------------------------------------------------------------------- 2 ranks
@@ -192,23 +194,23 @@ def _candidates_to_check():
 
 def _bucketing_vs_reducer(rank, world_size):
     model, step_fn = _mixed_model(), _step_fn(rank)
-    profile = tune.measure_ready_times(model, step_fn, None, iters=2)
+    profile = measure_ready_times(model, step_fn, None, iters=2)
     out = []
     for cand in _candidates_to_check():
-        ddp = tune.build_ddp(model, cand)
+        ddp = build_ddp(model, cand)
         for _ in range(3):  # the reducer rebuilds its buckets at the second forward
             ddp.zero_grad()
             step_fn(ddp).backward()
         actual = [[int(i) for i in b.split()] for b in
                   ddp._get_ddp_logging_data()["rebuilt_per_bucket_param_indices"].split(",")]
-        simulated = [[profile.order[i] for i in b] for b in tune.assign_buckets(profile.param_bytes, cand.limits())]
+        simulated = [[profile.order[i] for i in b] for b in assign_buckets(profile.param_bytes, cand.limits())]
         out.append((cand.label, actual, simulated))
         tune.candidates.dispose_ddp(ddp)
     return out
 
 
 def _grads(module):
-    return torch.cat([p.grad.reshape(-1) for p in tune.params_of(module)])
+    return torch.cat([p.grad.reshape(-1) for p in params_of(module)])
 
 
 def _reference_grad(rank, world_size, step_fn_of_rank):
@@ -231,7 +233,7 @@ def _tune_end_to_end(rank, world_size, hook):
     gathered = [torch.empty_like(grad) for _ in range(world_size)]
     dist.all_gather(gathered, grad)
     measured = [r for r in report.rows if r.measured is not None]
-    selected = tune.select_trials(report.rows[:-1], report.profile, report.machine, hook, opts.top_k)
+    selected = select_trials(report.rows[:-1], report.profile, report.machine, hook, opts.top_k)
     measured_in_trial_order = selected + [report.default_row]
     return {"choice": report.choice, "label": report.choice.label, "table": report.table(),
             "same_grads": all(torch.equal(g, gathered[0]) for g in gathered),
@@ -243,16 +245,16 @@ def _tune_end_to_end(rank, world_size, hook):
             "relatives": [r.measured.relative for r in measured],
             "least_relative": min(measured, key=lambda r: r.measured.relative).candidate,
             "first_trial": selected[0].candidate,
-            "rechosen": measured_in_trial_order[tune.choose_trial(measured_in_trial_order, True,
+            "rechosen": measured_in_trial_order[choose_trial(measured_in_trial_order, True,
                                                                   opts.overrule_sigmas, opts.window_sd)].candidate,
             "ready_sorted": list(report.profile.ready_s) == sorted(report.profile.ready_s),
             "fit_points": len(report.machine.comm.points), "dict": report.as_dict()}
 
 
 def _powersgd_refusal(rank, world_size):
-    ddp = tune.build_ddp(_mixed_model(), tune.Candidate(1.0))
+    ddp = build_ddp(_mixed_model(), tune.Candidate(1.0))
     try:
-        tune.register_hook(ddp, "powersgd", source="torch")
+        register_hook(ddp, "powersgd", source="torch")
     except ValueError as exc:
         return str(exc)
     finally:
@@ -265,9 +267,9 @@ def _probes(rank, world_size):
     from tunedist.tune import probes
     from tunedist.tune.measure import comm_sizes, model_bytes, time_all_reduce
     model, step_fn = _mixed_model(), _step_fn(rank)
-    profile = tune.measure_ready_times(model, step_fn, None, iters=2)
+    profile = measure_ready_times(model, step_fn, None, iters=2)
     sizes = comm_sizes(model_bytes(model), points=5)
-    comm = tune.fit_comm_model(sizes, time_all_reduce(sizes, None))
+    comm = fit_comm_model(sizes, time_all_reduce(sizes, None))
     calls = []
     real_one = probes._one
 
@@ -401,8 +403,8 @@ def test_tune_two_ranks_agree_and_train(tuned_run):
 
 
 def _torch_fp16_fallback(rank, world_size):
-    ddp = tune.build_ddp(_mixed_model(), tune.Candidate(0.5))
-    used = tune.register_hook(ddp, "fp16", source="torch")
+    ddp = build_ddp(_mixed_model(), tune.Candidate(0.5))
+    used = register_hook(ddp, "fp16", source="torch")
     for _ in range(3):
         ddp.zero_grad()
         _step_fn(rank)(ddp).backward()

@@ -12,13 +12,10 @@ overrules the best prediction only when it is faster by more than its measuremen
 rank 0's choice. The report also says which tunedist hook would pay off where communication stays exposed.
 """
 
-from .candidates import Candidate, build_ddp, make_candidates, register_hook
-from .costmodel import CommModel, Prediction, assign_buckets, fit_comm_model, simulate
-from .measure import ReadyProfile, StepTiming, measure_ready_times, params_of
+from .candidates import Candidate, make_candidates
 from .report import TuneReport
-from .tuner import TuneOptions, choose_trial, ddp, measure_candidates, select_trials, tune
+from .tuner import TuneOptions, ddp, tune
 
-__all__ = ["Candidate", "CommModel", "Prediction", "ReadyProfile", "StepTiming", "TuneOptions", "TuneReport",
-           "assign_buckets", "build_ddp", "choose_trial", "ddp", "fit_comm_model", "make_candidates",
-           "measure_candidates", "measure_ready_times", "params_of", "register_hook", "select_trials", "simulate",
-           "tune"]
+# What a training script calls. The parts (the cost model, the measurements, the trial selection) stay importable
+# from their modules: tunedist.tune.costmodel, .measure, .candidates, .report, .tuner.
+__all__ = ["Candidate", "TuneOptions", "TuneReport", "ddp", "make_candidates", "tune"]
