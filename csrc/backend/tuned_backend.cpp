@@ -43,8 +43,11 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<
 TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options)
     : c10d::Backend(rank, size),
       onNcclCreated_(options.onNcclCreated),
+      store_(store),
       cpu_(c10::make_intrusive<CpuBackend>(store, rank, size, std::move(options.cpu))),
-      nccl_(store, rank, size, NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_}) {}
+      nccl_(store, rank, size, NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_}) {
+  cpu_->setFailureCallback([hooks = abortHooks_, rank] { hooks->runForFailure(rank); });
+}
 
 TunedBackend::~TunedBackend() { shutdown(); }
 
@@ -260,6 +263,7 @@ at::Tensor TunedBackend::allocateTensor(long size, at::TensorOptions options) {
 }
 
 void TunedBackend::abort() {
+  abortHooks_->runForAbort(rank_);
   cpu_->abort();
   nccl_.abort();
   shutdown();

@@ -9,10 +9,13 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "backend/abort_hooks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/device_scan.h"
 #include "backend/cuda/nccl_side.h"
@@ -103,9 +106,22 @@ class TunedBackend : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return cpu_->getSequenceNumberForGroup(); }
   void setTimeout(std::chrono::milliseconds timeout) override;
+  // Runs the abort hooks, then fails every operation of the group and stops it: whoever waits on it (a Work, a
+  // receive, a monitored_barrier, the first operation's rendezvous) raises at once.
   void abort() override;
   void shutdown() override;
   void setGroupUid(const std::string& pgUid) override;
+
+  // Fault tolerance (fault.cpp). dist.shrink_group: the survivors get a new group of the ranks that remain, over a
+  // fresh prefix of this group's store (so that store must outlive the excluded ranks: torchrun's, or any not hosted
+  // by one of them); SHRINK_ABORT aborts this group first.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hookId) override;
 
   // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
   CpuBackend& cpu() { return *cpu_; }
@@ -129,6 +145,10 @@ class TunedBackend : public c10d::Backend {
   c10d::Backend& cudaSide(const char* op, const DeviceScan& scan, bool failGroup);
 
   const NcclSide::CreatedHook onNcclCreated_;
+  const c10::intrusive_ptr<c10d::Store> store_;
+  // Shared with the CPU side's failure callback, which may run after this object is gone.
+  const std::shared_ptr<AbortHooks> abortHooks_ = std::make_shared<AbortHooks>();
+  std::atomic<uint64_t> shrinks_{0};  // shrink() calls so far: each new group's store prefix carries its number
   c10::intrusive_ptr<CpuBackend> cpu_;
   NcclSide nccl_;
   std::mutex mutex_;

@@ -69,6 +69,8 @@ CrossHostStats CpuBackend::crossHostStats() const {
 }
 
 void CpuBackend::abort() {
+  // Waits on the store (the first operation finding its hosts) stop too.
+  rendezvous_->abort();
   abortEngines(c10::str("tunedist: rank ", rank_, " aborted the process group"));
   shutdown();
 }

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -122,6 +123,9 @@ class CpuBackend : public c10d::Backend {
   void shutdown() override;
   // After shutdown() or abort().
   bool isShutDown();
+  // Called (on the thread that ran it) when a collective fails or times out, before its Work reports the error:
+  // the group's abort hooks. Set once, before the first operation.
+  void setFailureCallback(std::function<void()> callback) { failureCallback_ = std::move(callback); }
 
   // Symmetric buffers (symmetric.cpp): a CPU tensor of `size` elements from this rank's symmetric heap, whose
   // collectives run zero-copy when every rank's buffer is one (FSDP2's set_allocate_memory_from_process_group_for_comm,
@@ -194,6 +198,7 @@ class CpuBackend : public c10d::Backend {
   std::unique_ptr<HostP2p> p2p_;
   std::atomic<uint64_t> p2pSeq_{0};
   std::atomic<uint64_t> monitoredBarriers_{0};  // calls so far: each call's store keys carry its number
+  std::function<void()> failureCallback_;
 };
 
 template <typename Body>
@@ -203,7 +208,14 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::launch(c10d::OpType type, const char*
   // The engine exists once prepareCollective has run, which the executor does before every body.
   return executor_->launch(type, name, std::move(outputs), inputs, asyncOp, effectiveTimeout(timeout), bytes,
                            [this, body = std::forward<Body>(body)](const shm::OpContext& ctx) mutable {
-                             body(*engine_, ctx);
+                             try {
+                               body(*engine_, ctx);
+                             } catch (...) {
+                               if (failureCallback_) {
+                                 failureCallback_();
+                               }
+                               throw;
+                             }
                            });
 }
 

@@ -287,6 +287,18 @@ void Executor::shutdown() {
       t.join();
     }
   }
+  // A worker that was running an operation when stop_ was set leaves the loop as a retired one (worker_ was taken
+  // above), so what is still queued would never run and its waiters would wait out their timeout: fail it.
+  std::deque<Item> unrun;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    unrun.swap(queue_);
+  }
+  for (auto& item : unrun) {
+    settle(*item.work,
+           std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
+                                                  ": the process group was shut down or aborted before it ran"))));
+  }
 }
 
 }  // namespace tunedist

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +28,7 @@ class StoreRendezvous : public Rendezvous {
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     auto pause = std::chrono::microseconds(200);
-    while (!store_->check({key})) {
+    while (!check(key)) {
       if (std::chrono::steady_clock::now() >= deadline) {
         throw tunedist::TimeoutError("tunedist: Timed out after " + std::to_string(timeout.count()) +
                                      " ms waiting for key '" + key + "' to appear in the process group's store");
@@ -39,10 +40,21 @@ class StoreRendezvous : public Rendezvous {
     return std::string(v.begin(), v.end());
   }
 
-  bool check(const std::string& key) override { return store_->check({key}); }
+  // Throws once the group was aborted: every wait on the store (finding the hosts, a segment's name) polls it.
+  bool check(const std::string& key) override {
+    if (aborted_.load(std::memory_order_relaxed)) {
+      throw tunedist::Error("tunedist: the process group was aborted while it waited for key '" + key +
+                            "' in its store");
+    }
+    return store_->check({key});
+  }
+
+  // Makes every wait on this rendezvous, now and later, throw.
+  void abort() { aborted_.store(true, std::memory_order_relaxed); }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace tunedist

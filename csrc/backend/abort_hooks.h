@@ -1,0 +1,75 @@
+// AbortHooks: the abort hooks registered on one `tuned` group (Backend::registerAbortHook, torch's
+// ProcessGroup.register_abort_hook), run before the group aborts: when abort() is called (also by
+// dist.shrink_group with SHRINK_ABORT and by destroy paths that abort), and when one of its collectives fails or
+// times out. torch asks hooks to be idempotent, since one failure may run them more than once; the group runs them
+// once per failed operation and once per abort() call.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Hooks.hpp>
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace tunedist {
+
+class AbortHooks {
+ public:
+  // Refuses an id that is registered already (torch keys hooks by id so they can be removed one by one).
+  void add(int64_t id, c10d::AbortHook hook, int rank) {
+    TORCH_CHECK(hook, "tunedist: register_abort_hook on rank ", rank, ": hook ", id, " is empty");
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(hooks_.emplace(id, std::move(hook)).second, "tunedist: register_abort_hook on rank ", rank,
+                ": a hook with id ", id, " is registered already; unregister it first");
+  }
+
+  // Removing an id that is not registered does nothing.
+  void remove(int64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hooks_.erase(id);
+  }
+
+  // Before abort(): runs the hooks, and from then on a failure runs none (the abort fails every operation in
+  // flight, and their hooks would run on the worker threads that abort() joins, perhaps holding the GIL).
+  void runForAbort(int rank) {
+    aborting_.store(true);
+    run(rank);
+  }
+
+  // When an operation failed: runs the hooks unless the group is being aborted.
+  void runForFailure(int rank) const {
+    if (!aborting_.load()) {
+      run(rank);
+    }
+  }
+
+ private:
+  // Runs every hook in id order, outside the lock (a hook may register or remove hooks). A hook that throws is
+  // logged and the others still run: the abort goes on regardless.
+  void run(int rank) const {
+    std::vector<std::pair<int64_t, c10d::AbortHook>> hooks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hooks.assign(hooks_.begin(), hooks_.end());
+    }
+    for (auto& [id, hook] : hooks) {
+      try {
+        hook();
+      } catch (const std::exception& e) {
+        LOG(WARNING) << "tunedist: abort hook " << id << " on rank " << rank << " raised: " << e.what();
+      }
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::atomic<bool> aborting_{false};
+  std::map<int64_t, c10d::AbortHook> hooks_;
+};
+
+}  // namespace tunedist
