@@ -11,11 +11,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
@@ -330,4 +334,20 @@ def test_shrink_across_hosts(hosts, victim):
         assert not isinstance(r, RankFailure), r
         assert r["hosts"] == want, (r["hosts"], want)
     _same_everywhere(survivors)
+    assert_no_new_shm(before)
+
+
+def test_recovery_example(tmp_path):
+    """examples/train_ddp_shrink.py: rank 1 of 3 SIGKILLed mid-training; the survivors shrink, finish with the
+    parameters of each other (checked inside) and the loss of the run without a failure (to float rounding)."""
+    repo = Path(__file__).resolve().parents[2]
+    before = shm_entries()
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, str(repo / "examples" / "train_ddp_shrink.py"), "--world-size", "3",
+                           "--kill-step", "3", "--steps", "6", "--json", str(out)], cwd=repo,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    run = json.loads(out.read_text())
+    assert run["shrink"]["survivors"] == [[0, 0, 2], [2, 1, 2]], run["shrink"]
+    assert abs(run["shrink"]["final_loss"] - run["reference"]["final_loss"]) < 1e-4, run
     assert_no_new_shm(before)
