@@ -13,6 +13,7 @@ it creates at the first CUDA call. It logs what NCCL will use there (logger ``tu
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from datetime import timedelta
@@ -171,3 +172,19 @@ def version() -> str:
 def simd_level() -> str:
     """The reduction kernels' SIMD level in use (TUNEDIST_SIMD=scalar|avx2|avx512 pins one)."""
     return _C.simd_level()
+
+
+# The tool subpackages load on first use: `import tunedist` stays as light as the backend needs (torch imports the
+# package through its entry point in every rank), while `tunedist.hooks`, `tunedist.tune`, `tunedist.doctor` and
+# `tunedist.bench` still work after a plain `import tunedist`, as a user of torch's own packages expects.
+_LAZY_SUBPACKAGES = ("bench", "doctor", "hooks", "tune")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'tunedist' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBPACKAGES))
