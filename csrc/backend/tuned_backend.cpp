@@ -129,6 +129,20 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::gather(std::vector<std::vector<at::
   return collective("gather", outputs, inputs).gather(outputs, inputs, opts);
 }
 
+#ifdef TUNEDIST_C10D_HAS_GATHER_SINGLE
+c10::intrusive_ptr<c10d::Work> TunedBackend::gather_single(at::Tensor& output, at::Tensor& input,
+                                                           const c10d::GatherOptions& opts) {
+  c10d::Backend& side = collective("gather_single", output, input);
+  return &side == cpu_.get() ? cpu_->gatherSingle(output, input, opts) : side.gather_single(output, input, opts);
+}
+#elif defined(TUNEDIST_C10D_HAS_GATHER_INTO_TENSOR)
+c10::intrusive_ptr<c10d::Work> TunedBackend::gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                                const c10d::GatherOptions& opts) {
+  c10d::Backend& side = collective("gather_single", output, input);
+  return &side == cpu_.get() ? cpu_->gatherSingle(output, input, opts) : side.gather_into_tensor(output, input, opts);
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> TunedBackend::scatter(std::vector<at::Tensor>& outputs,
                                                      std::vector<std::vector<at::Tensor>>& inputs,
                                                      const c10d::ScatterOptions& opts) {

@@ -64,6 +64,13 @@ class TunedBackend : public c10d::Backend {
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+#ifdef TUNEDIST_C10D_HAS_GATHER_SINGLE
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+#elif defined(TUNEDIST_C10D_HAS_GATHER_INTO_TENSOR)
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                    const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
@@ -106,6 +113,23 @@ class TunedBackend : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return cpu_->getSequenceNumberForGroup(); }
   void setTimeout(std::chrono::milliseconds timeout) override;
+
+  // What spans both sides (tuned_backend_state.cpp). An ephemeral timeout extends both; the error state is the CPU
+  // side's first failure, else the NCCL side's.
+  void addEphemeralTimeout(const std::chrono::milliseconds& extra) override;
+  c10d::ErrorType getError() override;
+  void enableCollectivesTiming() override {}
+  // pg._register_on_completion_hook: the CPU side's operations, and the NCCL side's where the wrapped backend takes
+  // the hook (torch's legacy ProcessGroupNCCL does with TORCH_NCCL_ENABLE_TIMING=1; a refusal is logged once).
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+#ifdef C10D_BACKEND_HAS_HOOKS
+  // Keyed completion hooks are offered only where every device type this object serves reports them: always in a
+  // build without NCCL, else when the NCCL side exists and its backend reports them too.
+  bool supportsCompletionHooks() const override;
+  void registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t hookId) override;
+#endif
+
   // Runs the abort hooks, then fails every operation of the group and stops it: whoever waits on it (a Work, a
   // receive, a monitored_barrier, the first operation's rendezvous) raises at once.
   void abort() override;

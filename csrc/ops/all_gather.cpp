@@ -10,20 +10,20 @@
 namespace tunedist::direct {
 namespace {
 
-void allGatherIntoTensor(at::Tensor& output, const at::Tensor& input, std::string groupName) {
+template <typename Group>
+void allGatherIntoTensor(at::Tensor& output, const at::Tensor& input, Group group) {
   c10d::AllgatherOptions opts;
   opts.asyncOp = false;
   at::Tensor in = input;
-  waitFor(backendFor("tunedist.all_gather_into_tensor", groupName, output.device().type())
-              ->_allgather_base(output, in, opts));
+  waitFor(
+      backendFor("tunedist.all_gather_into_tensor", group, output.device().type())->_allgather_base(output, in, opts));
 }
 
-void allGatherIntoTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/, std::string /*groupName*/) {}
+template <typename Group>
+void allGatherIntoTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/, Group /*group*/) {}
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(tunedist, CPU, m) { m.impl("all_gather_into_tensor_", allGatherIntoTensor); }
-TORCH_LIBRARY_IMPL(tunedist, CUDA, m) { m.impl("all_gather_into_tensor_", allGatherIntoTensor); }
-TORCH_LIBRARY_IMPL(tunedist, Meta, m) { m.impl("all_gather_into_tensor_", allGatherIntoTensorMeta); }
+TUNEDIST_IMPL_BOTH_GROUPS("all_gather_into_tensor_", allGatherIntoTensor, allGatherIntoTensorMeta)
 
 }  // namespace tunedist::direct

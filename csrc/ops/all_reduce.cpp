@@ -37,7 +37,8 @@ at::Tensor realView(const at::Tensor& tensor, const c10d::ReduceOp& op, const st
   return at::view_as_real(tensor);
 }
 
-void allReduce(at::Tensor& tensor, std::string op, std::string groupName) {
+template <typename Group>
+void allReduce(at::Tensor& tensor, std::string op, Group group) {
   c10d::AllreduceOptions opts;
   opts.reduceOp = parseReduceOp(kOp, op);
   opts.asyncOp = false;
@@ -45,16 +46,15 @@ void allReduce(at::Tensor& tensor, std::string op, std::string groupName) {
   std::vector<at::Tensor> tensors{t};
   // A tuned group runs a synchronous call that finds nothing queued on this thread and returns no Work for it
   // (Executor::Options::syncReturnsWork).
-  waitFor(backendFor(kOp, groupName, t.device().type())->allreduce(tensors, opts));
+  waitFor(backendFor(kOp, group, t.device().type())->allreduce(tensors, opts));
 }
 
 // Shapes only (torch.compile's fake tensors, the meta device): nothing to compute, the tensor is written in place.
-void allReduceMeta(at::Tensor& /*tensor*/, std::string /*op*/, std::string /*groupName*/) {}
+template <typename Group>
+void allReduceMeta(at::Tensor& /*tensor*/, std::string /*op*/, Group /*group*/) {}
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(tunedist, CPU, m) { m.impl("all_reduce_", allReduce); }
-TORCH_LIBRARY_IMPL(tunedist, CUDA, m) { m.impl("all_reduce_", allReduce); }
-TORCH_LIBRARY_IMPL(tunedist, Meta, m) { m.impl("all_reduce_", allReduceMeta); }
+TUNEDIST_IMPL_BOTH_GROUPS("all_reduce_", allReduce, allReduceMeta)
 
 }  // namespace tunedist::direct

@@ -12,20 +12,20 @@
 namespace tunedist::direct {
 namespace {
 
-void broadcast(at::Tensor& tensor, int64_t groupSrc, std::string groupName) {
+template <typename Group>
+void broadcast(at::Tensor& tensor, int64_t groupSrc, Group group) {
   c10d::BroadcastOptions opts;
   opts.rootRank = groupSrc;
   opts.asyncOp = false;
   std::vector<at::Tensor> tensors{tensor};
-  waitFor(backendFor("tunedist.broadcast", groupName, tensor.device().type())->broadcast(tensors, opts));
+  waitFor(backendFor("tunedist.broadcast", group, tensor.device().type())->broadcast(tensors, opts));
 }
 
-void broadcastMeta(at::Tensor& /*tensor*/, int64_t /*groupSrc*/, std::string /*groupName*/) {}
+template <typename Group>
+void broadcastMeta(at::Tensor& /*tensor*/, int64_t /*groupSrc*/, Group /*group*/) {}
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(tunedist, CPU, m) { m.impl("broadcast_", broadcast); }
-TORCH_LIBRARY_IMPL(tunedist, CUDA, m) { m.impl("broadcast_", broadcast); }
-TORCH_LIBRARY_IMPL(tunedist, Meta, m) { m.impl("broadcast_", broadcastMeta); }
+TUNEDIST_IMPL_BOTH_GROUPS("broadcast_", broadcast, broadcastMeta)
 
 }  // namespace tunedist::direct

@@ -20,6 +20,11 @@ c10::intrusive_ptr<c10d::Backend> backendFor(const char* op, const std::string& 
   return group->getBackend(device);
 }
 
+c10::intrusive_ptr<c10d::Backend> backendFor(const char* op, const GroupPtr& group, c10::DeviceType device) {
+  TORCH_CHECK(group, op, ": the process group is None; pass a live group (or its group_name)");
+  return group->getBackend(device);
+}
+
 void waitFor(const c10::intrusive_ptr<c10d::Work>& work) {
   if (work) {
     work->wait();

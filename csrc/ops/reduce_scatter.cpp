@@ -12,21 +12,21 @@ namespace {
 
 constexpr const char* kOp = "tunedist.reduce_scatter_tensor";
 
-void reduceScatterTensor(at::Tensor& output, const at::Tensor& input, std::string op, std::string groupName) {
+template <typename Group>
+void reduceScatterTensor(at::Tensor& output, const at::Tensor& input, std::string op, Group group) {
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = parseReduceOp(kOp, op);
   opts.asyncOp = false;
   at::Tensor in = input;
-  waitFor(backendFor(kOp, groupName, output.device().type())->_reduce_scatter_base(output, in, opts));
+  waitFor(backendFor(kOp, group, output.device().type())->_reduce_scatter_base(output, in, opts));
 }
 
-void reduceScatterTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/, std::string /*op*/,
-                             std::string /*groupName*/) {}
+template <typename Group>
+void reduceScatterTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/, std::string /*op*/, Group /*group*/) {
+}
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(tunedist, CPU, m) { m.impl("reduce_scatter_tensor_", reduceScatterTensor); }
-TORCH_LIBRARY_IMPL(tunedist, CUDA, m) { m.impl("reduce_scatter_tensor_", reduceScatterTensor); }
-TORCH_LIBRARY_IMPL(tunedist, Meta, m) { m.impl("reduce_scatter_tensor_", reduceScatterTensorMeta); }
+TUNEDIST_IMPL_BOTH_GROUPS("reduce_scatter_tensor_", reduceScatterTensor, reduceScatterTensorMeta)
 
 }  // namespace tunedist::direct

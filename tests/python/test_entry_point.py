@@ -1,7 +1,8 @@
 """``tuned`` without ``import tunedist``: torch finds it through the ``torch.distributed.backends`` entry point, as a
 user's script under torchrun would; and TorchComms mode, which lets plugin backends fall through on this torch.
 
-Each torchrun test starts a real torchrun with a script that never imports tunedist."""
+Each torchrun test starts a real torchrun with a script that never imports tunedist; each rank writes its findings to a
+file."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ HAS_ENTRY_POINT_LOOKUP = hasattr(dist.Backend, "_ensure_backend_registered")
 needs_lookup = pytest.mark.skipif(not HAS_ENTRY_POINT_LOOKUP,
                                   reason="this torch does not look backends up in torch.distributed.backends")
 
-# The user's script: no import of tunedist anywhere. Each rank prints one RESULT line of JSON.
+# The user's script: no import of tunedist anywhere. Each rank writes its findings as JSON into the folder in argv[2].
 _SCRIPT = textwrap.dedent('''
     import json, sys
     from datetime import timedelta
@@ -69,7 +70,8 @@ _SCRIPT = textwrap.dedent('''
         dist.all_reduce(m, group=mesh.get_group("dp"))
         out["mesh"] = [dist.get_backend(mesh.get_group("dp")), m.unique().tolist()]
     dist.destroy_process_group()
-    print("RESULT " + json.dumps(out), flush=True)
+    with open(f"{sys.argv[2]}/rank{rank}.json", "w") as f:  # a file per rank: lines on a shared stdout interleave
+        json.dump(out, f)
 ''')
 
 
@@ -77,14 +79,16 @@ def _torchrun(tmp_path, mode: str, nproc: int = 2, **env) -> list[dict]:
     script = tmp_path / "user_script.py"
     script.write_text(_SCRIPT)
     child_env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    out_dir = tmp_path / "results"
+    out_dir.mkdir()
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-                           "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), mode],
+                           "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), mode, str(out_dir)],
                           env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=TORCHRUN_TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines() if "RESULT " in line]
-    assert len(results) == nproc, proc.stdout
-    return sorted(results, key=lambda r: r["rank"])
+    files = sorted(out_dir.glob("rank*.json"))
+    assert len(files) == nproc, proc.stdout
+    return sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["rank"])
 
 
 def _check_common(results: list[dict], backend: str) -> None:

@@ -31,11 +31,13 @@ CpuBackend::CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
 CpuBackend::~CpuBackend() { shutdown(); }
 
 std::chrono::milliseconds CpuBackend::effectiveTimeout(std::chrono::milliseconds requested) const {
-  if (requested.count() > 0) {
+  const bool ephemeral = hasEphemeral_.load(std::memory_order_relaxed);
+  if (requested.count() > 0 && !ephemeral) {
     return requested;
   }
   std::lock_guard<std::mutex> lock(optionsMutex_);
-  return options_.timeout;
+  const std::chrono::milliseconds base = requested.count() > 0 ? requested : options_.timeout;
+  return ephemeral ? base + ephemeralLocked() : base;
 }
 
 void CpuBackend::setTimeout(std::chrono::milliseconds timeout) {

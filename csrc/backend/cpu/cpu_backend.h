@@ -84,6 +84,20 @@ class CpuBackend : public c10d::Backend {
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  // Every rank's input into one flat output on the root (gather_single.cpp), under the name this torch's Backend
+  // declares (cmake/tunedistTorchFeatures.cmake).
+  c10::intrusive_ptr<c10d::Work> gatherSingle(at::Tensor& output, at::Tensor& input, const c10d::GatherOptions& opts);
+#ifdef TUNEDIST_C10D_HAS_GATHER_SINGLE
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::GatherOptions& opts = c10d::GatherOptions()) override {
+    return gatherSingle(output, input, opts);
+  }
+#elif defined(TUNEDIST_C10D_HAS_GATHER_INTO_TENSOR)
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                    const c10d::GatherOptions& opts = c10d::GatherOptions()) override {
+    return gatherSingle(output, input, opts);
+  }
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
@@ -117,7 +131,31 @@ class CpuBackend : public c10d::Backend {
 
   uint64_t getSequenceNumberForGroup() override { return executor_->lastSeq(); }
   void setTimeout(std::chrono::milliseconds timeout) override;
+  // Adds `extra` to the timeout of every operation issued from now on, until the first of them has completed
+  // (dist.distributed_c10d._add_ephemeral_timeout_for_all_pgs; ephemeral_timeout.cpp). Calls accumulate, and each
+  // expires on its own.
+  void addEphemeralTimeout(const std::chrono::milliseconds& extra) override;
+  // The timeout an operation gets: `requested` where set, else the group's; plus the live ephemeral extensions.
   std::chrono::milliseconds effectiveTimeout(std::chrono::milliseconds requested) const;
+  // The group's error state (Executor::error): SUCCESS until an operation failed.
+  c10d::ErrorType getError() override { return executor_->error(); }
+
+  // Completion hooks (completion_hooks.h) for the operations that run on the executor; send and receive, which
+  // bypass it, are not reported.
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override {
+    executor_->hooks().setInfoHook(std::move(hook));
+  }
+  // Operations are always timed where a hook is registered; nothing to switch on.
+  void enableCollectivesTiming() override {}
+#ifdef C10D_BACKEND_HAS_HOOKS
+  bool supportsCompletionHooks() const override { return true; }
+  void registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) override {
+    executor_->hooks().addKeyed(hookId, [hook = std::move(hook)](uint64_t key, std::optional<float> ms) {
+      hook(c10d::CompletionHookArgs{key, ms});
+    });
+  }
+  void unregisterCompletionHook(int64_t hookId) override { executor_->hooks().removeKeyed(hookId); }
+#endif
   Options options() const;
   void abort() override;
   void shutdown() override;
@@ -199,6 +237,21 @@ class CpuBackend : public c10d::Backend {
   std::atomic<uint64_t> p2pSeq_{0};
   std::atomic<uint64_t> monitoredBarriers_{0};  // calls so far: each call's store keys carry its number
   std::function<void()> failureCallback_;
+
+  // Ephemeral timeout extensions (ephemeral_timeout.cpp), under optionsMutex_. An extension binds to the Work of the
+  // first operation issued after it and expires once that Work has completed; a synchronous call that returned no
+  // Work had completed on return.
+  struct EphemeralTimeout {
+    std::chrono::milliseconds extra;
+    bool bound = false;
+    c10::intrusive_ptr<c10d::Work> first;
+  };
+  // After a launch: binds the unbound extensions to `work` (null: the call completed already, so they expire).
+  void bindEphemeral(const c10::intrusive_ptr<c10d::Work>& work);
+  // The sum of the live extensions, dropping the expired ones; with optionsMutex_ held.
+  std::chrono::milliseconds ephemeralLocked() const;
+  mutable std::vector<EphemeralTimeout> ephemeral_;
+  mutable std::atomic<bool> hasEphemeral_{false};  // whether ephemeral_ may be non-empty: launch checks only this
 };
 
 template <typename Body>
@@ -206,17 +259,21 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::launch(c10d::OpType type, const char*
                                                   const std::vector<at::Tensor>& inputs, bool asyncOp,
                                                   std::chrono::milliseconds timeout, size_t bytes, Body&& body) {
   // The engine exists once prepareCollective has run, which the executor does before every body.
-  return executor_->launch(type, name, std::move(outputs), inputs, asyncOp, effectiveTimeout(timeout), bytes,
-                           [this, body = std::forward<Body>(body)](const shm::OpContext& ctx) mutable {
-                             try {
-                               body(*engine_, ctx);
-                             } catch (...) {
-                               if (failureCallback_) {
-                                 failureCallback_();
-                               }
-                               throw;
-                             }
-                           });
+  auto work = executor_->launch(type, name, std::move(outputs), inputs, asyncOp, effectiveTimeout(timeout), bytes,
+                                [this, body = std::forward<Body>(body)](const shm::OpContext& ctx) mutable {
+                                  try {
+                                    body(*engine_, ctx);
+                                  } catch (...) {
+                                    if (failureCallback_) {
+                                      failureCallback_();
+                                    }
+                                    throw;
+                                  }
+                                });
+  if (hasEphemeral_.load(std::memory_order_relaxed)) {
+    bindEphemeral(work);
+  }
+  return work;
 }
 
 template <typename F>

@@ -57,9 +57,28 @@ bool Executor::syncMayOmitWork() const {
 }
 
 Executor::Executor(int rank, Options options, Prepare prepare)
-    : rank_(rank), options_(options), prepare_(std::move(prepare)) {}
+    : rank_(rank), options_(options), prepare_(std::move(prepare)), hooks_(std::make_shared<CompletionHooks>(rank)) {}
 
 Executor::~Executor() { shutdown(); }
+
+void Executor::noteFailure(const std::exception& e) {
+  c10d::ErrorType kind = c10d::ErrorType::COMM_ERROR;
+  switch (failureKindOf(e)) {
+    case FailureKind::kTimeout: kind = c10d::ErrorType::TIMEOUT; break;
+    case FailureKind::kPeerDead: kind = c10d::ErrorType::REMOTE_ERROR; break;
+    case FailureKind::kError: break;
+  }
+  int none = int(c10d::ErrorType::SUCCESS);
+  error_.compare_exchange_strong(none, int(kind), std::memory_order_acq_rel);
+}
+
+uint64_t Executor::completionKeyOf(const c10d::Work& work) {
+#ifdef C10D_BACKEND_HAS_HOOKS
+  return work.getCompletionKey();
+#else
+  return uint64_t(reinterpret_cast<uintptr_t>(&work));
+#endif
+}
 
 void Executor::checkOpenLocked(const char* name) const {
   TORCH_CHECK(!stop_, "tunedist: ", name, " on rank ", rank_, ": the process group was shut down or aborted");
@@ -83,7 +102,7 @@ bool Executor::mayRunInlineLocked(bool asyncOp, size_t bytes) const {
 }
 
 void Executor::enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body body, std::chrono::milliseconds timeout,
-                             const char* name) {
+                             const char* name, const Issue& issue) {
   if (std::this_thread::get_id() == worker_.get_id()) {
     retireWorkerLocked();
   } else {
@@ -94,7 +113,7 @@ void Executor::enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body bod
       }
     });
   }
-  queue_.push_back(Item{work, std::move(body), timeout, name});
+  queue_.push_back(Item{work, std::move(body), timeout, name, issue});
 }
 
 shm::OpContext Executor::contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout) {
@@ -143,7 +162,7 @@ void Executor::runNextLocked(std::unique_lock<std::mutex>& lock) {
 void Executor::runLocked(Item& item, std::unique_lock<std::mutex>& lock) {
   busy_ = true;
   lock.unlock();
-  finishRun(*item.work, runBody(item.work->getSequencenumber(), item.name, item.timeout, item.body));
+  finishRun(*item.work, runBody(item.work->getSequencenumber(), item.name, item.timeout, item.body, item.issue));
   lock.lock();
 }
 
@@ -299,6 +318,8 @@ void Executor::shutdown() {
            std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
                                                   ": the process group was shut down or aborted before it ran"))));
   }
+  // Every operation has finished or failed: the WorkInfo hook runs for what was reported, then its thread ends.
+  hooks_->shutdown();
 }
 
 }  // namespace tunedist

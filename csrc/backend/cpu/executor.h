@@ -14,13 +14,16 @@
 //   * Inside a coalescing block (startCoalescing .. endCoalescing) every Work is recorded; endCoalescing returns
 //     one Work that completes when all of them have.
 //
-// Every operation runs `prepare` (the CPU side's one-time verification of the group's hosts) before its body.
+// Every operation runs `prepare` (the CPU side's one-time verification of the group's hosts) before its body. Where a
+// completion hook is registered (hooks()), each operation that succeeds is reported to it with its time stamps.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -30,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/completion_hooks.h"
 #include "backend/cpu/work.h"
 #include "core/op_context.h"
 
@@ -103,16 +107,31 @@ class Executor : public std::enable_shared_from_this<Executor> {
 
   // The sequence number of the last launched operation.
   uint64_t lastSeq();
+  // The group's completion hooks (CpuBackend registers them here).
+  CompletionHooks& hooks() { return *hooks_; }
+  // The kind of the first operation failure this group saw (c10d::ErrorType::SUCCESS while there was none):
+  // TIMEOUT for a deadline passed, REMOTE_ERROR for a peer found dead, COMM_ERROR for any other failure (a peer
+  // that failed the group, mismatched calls, an OS error).
+  c10d::ErrorType error() const { return c10d::ErrorType(error_.load(std::memory_order_acquire)); }
   bool stopped();
   // Stops the worker after the queued operations; later launches fail naming the op and rank. Idempotent.
   void shutdown();
 
  private:
+  using Clock = CompletionHooks::Clock;
+  // What the completion hooks are told of an operation besides its sequence number. `issued` is the epoch when no
+  // hook was registered at launch: the operation is then neither timed nor reported.
+  struct Issue {
+    c10d::OpType type;
+    Clock::time_point issued;
+    uint64_t completionKey = 0;
+  };
   struct Item {
     c10::intrusive_ptr<TunedWork> work;
     Body body;
     std::chrono::milliseconds timeout;
     const char* name;
+    Issue issue;
   };
 
   // Whether a synchronous call that runs inline may return no Work (Options::syncReturnsWork): no profiler callbacks
@@ -122,7 +141,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // (nothing queued or running, no coalescing block) and returns true, with the next sequence number, throwing its
   // failure as that Work's wait() would (a c10::DistBackendError). Otherwise runs nothing and returns false.
   template <typename F>
-  bool runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body);
+  bool runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body, const Issue& issue);
   // With mutex_ held: refuses a call after shutdown, naming it.
   void checkOpenLocked(const char* name) const;
   // With mutex_ held: the next sequence number and its Work (recorded in an open coalescing block).
@@ -132,12 +151,18 @@ class Executor : public std::enable_shared_from_this<Executor> {
   bool mayRunInlineLocked(bool asyncOp, size_t bytes) const;
   // With mutex_ held: queues the operation; the caller wakes the worker (cv_) once it has released the lock.
   void enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body body, std::chrono::milliseconds timeout,
-                     const char* name);
+                     const char* name, const Issue& issue);
   // The context an operation runs with: its name as users call it, its sequence number and deadline.
   static shm::OpContext contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout);
   // Runs `prepare` and then the operation's body (queued or inline) without the lock; returns its failure, if any.
+  // Reports a success to the completion hooks when `issue` was stamped.
   template <typename F>
-  std::exception_ptr runBody(uint64_t seq, const char* name, std::chrono::milliseconds timeout, F& body);
+  std::exception_ptr runBody(uint64_t seq, const char* name, std::chrono::milliseconds timeout, F& body,
+                             const Issue& issue);
+  // The key torch's completion hooks know `work` by (Work::getCompletionKey).
+  static uint64_t completionKeyOf(const c10d::Work& work);
+  // Keeps the first failure's kind for error().
+  void noteFailure(const std::exception& e);
   // After a run, with the lock not held: frees the engine for the queue, then completes the Work (its callbacks
   // run on this thread).
   void finishRun(TunedWork& work, std::exception_ptr error);
@@ -156,6 +181,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   const int rank_;
   const Options options_;
   const Prepare prepare_;
+  const std::shared_ptr<CompletionHooks> hooks_;
+  std::atomic<int> error_{int(c10d::ErrorType::SUCCESS)};
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -173,13 +200,17 @@ template <typename F>
 c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                                 const std::vector<at::Tensor>& inputs, bool asyncOp,
                                                 std::chrono::milliseconds timeout, size_t bytes, F&& body) {
-  if (!asyncOp && syncMayOmitWork() && runNow(name, timeout, bytes, body)) {
+  Issue issue{type, hooks_->stamp()};
+  if (!asyncOp && syncMayOmitWork() && runNow(name, timeout, bytes, body, issue)) {
     return {};
   }
   std::unique_lock<std::mutex> lock(mutex_);
   auto work = admitLocked(type, name, std::move(outputs), inputs, timeout);
+  if (issue.issued != Clock::time_point{}) {
+    issue.completionKey = completionKeyOf(*work);
+  }
   if (!mayRunInlineLocked(asyncOp, bytes)) {
-    enqueueLocked(work, Body(std::forward<F>(body)), timeout, name);
+    enqueueLocked(work, Body(std::forward<F>(body)), timeout, name, issue);
     lock.unlock();
     // After unlocking: a worker woken while we still hold the lock would at once block on it and need a second wake.
     cv_.notify_all();
@@ -188,12 +219,12 @@ c10::intrusive_ptr<c10d::Work> Executor::launch(c10d::OpType type, const char* n
   // Nothing ahead of us: run on the caller's thread and skip the hand-off to the worker.
   busy_ = true;
   lock.unlock();
-  finishRun(*work, runBody(work->getSequencenumber(), name, timeout, body));
+  finishRun(*work, runBody(work->getSequencenumber(), name, timeout, body, issue));
   return work;
 }
 
 template <typename F>
-bool Executor::runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body) {
+bool Executor::runNow(const char* name, std::chrono::milliseconds timeout, size_t bytes, F&& body, const Issue& issue) {
   std::unique_lock<std::mutex> lock(mutex_);
   checkOpenLocked(name);
   if (!mayRunInlineLocked(false, bytes)) {
@@ -202,7 +233,7 @@ bool Executor::runNow(const char* name, std::chrono::milliseconds timeout, size_
   const uint64_t seq = ++seq_;
   busy_ = true;
   lock.unlock();
-  std::exception_ptr error = runBody(seq, name, timeout, body);
+  std::exception_ptr error = runBody(seq, name, timeout, body, issue);
   lock.lock();
   releaseEngineLocked();
   lock.unlock();
@@ -213,13 +244,20 @@ bool Executor::runNow(const char* name, std::chrono::milliseconds timeout, size_
 }
 
 template <typename F>
-std::exception_ptr Executor::runBody(uint64_t seq, const char* name, std::chrono::milliseconds timeout, F& body) {
+std::exception_ptr Executor::runBody(uint64_t seq, const char* name, std::chrono::milliseconds timeout, F& body,
+                                     const Issue& issue) {
   const shm::OpContext ctx = contextFor(seq, name, timeout);
+  const bool followed = issue.issued != Clock::time_point{};
+  const Clock::time_point started = followed ? Clock::now() : Clock::time_point{};
   try {
     prepare_(ctx);
     body(ctx);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    noteFailure(e);
     return std::current_exception();
+  }
+  if (followed) {
+    hooks_->report({issue.type, seq, issue.issued, started, Clock::now(), issue.completionKey});
   }
   return nullptr;
 }

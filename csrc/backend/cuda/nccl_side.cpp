@@ -22,6 +22,7 @@ NcclSide::NcclSide(c10::intrusive_ptr<c10d::Store> store, int rank, int size, Op
 
 c10d::Backend& NcclSide::get(const std::optional<at::Device>& boundDevice) {
   CreatedHook announce;
+  std::vector<std::function<void(c10d::Backend&)>> configure;
   c10::intrusive_ptr<c10d::Backend> backend;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -39,6 +40,10 @@ c10d::Backend& NcclSide::get(const std::optional<at::Device>& boundDevice) {
                                  options_.timeout, groupUid_, boundDevice);
     backend = backend_;
     announce = options_.onCreated;
+    configure.swap(pendingConfigure_);
+  }
+  for (auto& fn : configure) {
+    fn(*backend);
   }
   if (announce) {
     announce(rank_, size_);
@@ -49,6 +54,22 @@ c10d::Backend& NcclSide::get(const std::optional<at::Device>& boundDevice) {
 c10::intrusive_ptr<c10d::Backend> NcclSide::existing() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return backend_;
+}
+
+void NcclSide::whenCreated(std::function<void(c10d::Backend&)> configure) {
+  c10::intrusive_ptr<c10d::Backend> backend;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) {
+      return;
+    }
+    if (!backend_) {
+      pendingConfigure_.push_back(std::move(configure));
+      return;
+    }
+    backend = backend_;
+  }
+  configure(*backend);
 }
 
 void NcclSide::setTimeout(std::chrono::milliseconds timeout) {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tunedist/tunedist.h"
 
@@ -50,6 +51,9 @@ class NcclSide {
   c10d::Backend& get(const std::optional<at::Device>& boundDevice);
   // The ProcessGroupNCCL if it was created, else null.
   c10::intrusive_ptr<c10d::Backend> existing() const;
+  // Runs `configure` on the ProcessGroupNCCL now if it exists, else right after its creation (hooks registered on
+  // the group before its first CUDA call). `configure` handles its own failures.
+  void whenCreated(std::function<void(c10d::Backend&)> configure);
 
   void setTimeout(std::chrono::milliseconds timeout);
   void setGroupUid(const std::string& uid);
@@ -67,6 +71,7 @@ class NcclSide {
   mutable std::mutex mutex_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   bool closed_ = false;  // after abort()/shutdown(): no new ProcessGroupNCCL, nothing forwarded again
+  std::vector<std::function<void(c10d::Backend&)>> pendingConfigure_;
 };
 
 // Implemented in nccl_factory.cpp, which exists only in builds with NCCL.
