@@ -126,14 +126,14 @@ void checkReduceSupported(DType dtype, RedOp op) {
   TD_CHECK(static_cast<int>(dtype) < kNumDTypes, "reduce: unknown dtype code ", static_cast<int>(dtype));
   TD_CHECK(static_cast<int>(op) < kernels::kNumRedOps, "reduce: unknown op code ", static_cast<int>(op));
   const bool bitwise = op == RedOp::kBand || op == RedOp::kBor || op == RedOp::kBxor;
-  TD_CHECK(!(bitwise && isFloating(dtype)), "reduce: ", redOpName(op), " is not defined for ", dtypeName(dtype),
+  TD_CHECK(!(bitwise && isFloating(dtype)), redOpName(op), " is not defined for ", dtypeName(dtype),
            " (bitwise ops need an integer or bool tensor)");
-  TD_CHECK(!(dtype == DType::kBool && (op == RedOp::kAvg || op == RedOp::kPremulSum)), "reduce: ", redOpName(op),
+  TD_CHECK(!(dtype == DType::kBool && (op == RedOp::kAvg || op == RedOp::kPremulSum)), redOpName(op),
            " is not defined for bool");
   // NCCL converts the factor to the element type for integers, which rounds it to an integer; rather than pick one
   // of several plausible meanings, integer PREMUL_SUM is refused.
-  TD_CHECK(!(op == RedOp::kPremulSum && !isFloating(dtype)), "reduce: PREMUL_SUM is not supported for ",
-           dtypeName(dtype), " (floating types only)");
+  TD_CHECK(!(op == RedOp::kPremulSum && !isFloating(dtype)), "PREMUL_SUM is not supported for ", dtypeName(dtype),
+           " (floating types only)");
 }
 
 void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count) {

@@ -359,4 +359,13 @@ TEST_CASE("backend: a caller error names the op and the rank once, in front", "[
                count(message, "all_reduce") == 1,
            "a dtype the engine cannot reduce: " + message);
   });
+  runRanks(1, [&](int, BackendPtr& backend) {
+    std::vector<at::Tensor> t{at::ones({4})};
+    c10d::ReduceOptions options;
+    options.reduceOp = c10d::ReduceOp::BAND;
+    const std::string message = messageOf([&] { backend->reduce(t, options); });
+    expect(message.rfind("tunedist: reduce: rank 0 of 1: BAND is not defined for float32", 0) == 0 &&
+               count(message, "reduce: ") == 1,
+           "a bitwise reduce of a float tensor: " + message);
+  });
 }
