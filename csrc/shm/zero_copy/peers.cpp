@@ -15,6 +15,14 @@ ZeroCopyCollectives::ZeroCopyCollectives(Rounds& rounds, std::shared_ptr<Symmetr
     : rounds_(rounds), segment_(rounds.segment()), heap_(std::move(heap)), peerChunks_(size_t(rounds.size())) {
   TD_ASSERT(heap_ != nullptr, "zero-copy collectives without a symmetric heap");
   segment_.setListener(this);
+  // Chunks of a rank killed before any table listed them have no owner left to unlink them, and the survivors'
+  // abort may have run before that rank finished exiting: a group made after it (dist.shrink_group, or the next
+  // job on this host) removes them, once nobody holds them and their creator has exited.
+  try {
+    ShmSegment::sweepDeadOwners(rounds.options().shmDir, HeapOptions::kChunkTag);
+  } catch (...) {
+    // Left to the next group's sweep.
+  }
 }
 
 ZeroCopyCollectives::~ZeroCopyCollectives() {
