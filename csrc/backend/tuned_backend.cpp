@@ -30,7 +30,8 @@ std::string versionString() {
 
 c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                        std::chrono::milliseconds timeout,
-                                                       NcclSide::CreatedHook onNcclCreated, GlooFactory glooFactory) {
+                                                       cuda::NcclSide::CreatedHook onNcclCreated,
+                                                       engine::hier::GlooFactory glooFactory) {
   Options options;
   if (timeout.count() > 0) {
     options.cpu.timeout = timeout;
@@ -44,14 +45,14 @@ TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
     : c10d::Backend(rank, size),
       onNcclCreated_(options.onNcclCreated),
       store_(store),
-      cpu_(c10::make_intrusive<CpuBackend>(store, rank, size, std::move(options.cpu))),
-      nccl_(store, rank, size, NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_}) {
+      cpu_(c10::make_intrusive<cpu::CpuBackend>(store, rank, size, std::move(options.cpu))),
+      nccl_(store, rank, size, cuda::NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_}) {
   cpu_->setFailureCallback([hooks = abortHooks_, rank] { hooks->runForFailure(rank); });
 }
 
 TunedBackend::~TunedBackend() { shutdown(); }
 
-c10d::Backend& TunedBackend::cudaSide(const char* op, const DeviceScan& scan, bool failGroup) {
+c10d::Backend& TunedBackend::cudaSide(const char* op, const cuda::DeviceScan& scan, bool failGroup) {
   c10d::Backend* nccl = nullptr;
   bool startCoalescing = false;
   try {
@@ -185,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::alltoall(std::vector<at::Tensor>& o
 // ProcessGroupNCCL reads them), so a barrier with device_ids goes to the NCCL side, as it would on torch's "nccl".
 // Where no CUDA device is usable (device_ids passed on a CPU machine) it stays a CPU barrier.
 c10::intrusive_ptr<c10d::Work> TunedBackend::barrier(const c10d::BarrierOptions& opts) {
-  static const bool ncclCompiledIn = ncclBuildInfo().compiledIn;
+  static const bool ncclCompiledIn = cuda::ncclBuildInfo().compiledIn;
   std::optional<at::Device> device = opts.device;
   if (!device.has_value() && !opts.device_ids.empty() && ncclCompiledIn && at::hasCUDA()) {
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(opts.device_ids.front()));

@@ -25,15 +25,15 @@ namespace tunedist {
 class TunedBackend : public c10d::Backend {
  public:
   struct Options {
-    CpuBackend::Options cpu;
+    cpu::CpuBackend::Options cpu;
     // Called when the NCCL side is created (the Python module logs NCCL's settings there).
-    NcclSide::CreatedHook onNcclCreated;
+    cuda::NcclSide::CreatedHook onNcclCreated;
   };
 
   static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                   std::chrono::milliseconds timeout,
-                                                  NcclSide::CreatedHook onNcclCreated = {},
-                                                  GlooFactory glooFactory = nullptr);
+                                                  cuda::NcclSide::CreatedHook onNcclCreated = {},
+                                                  engine::hier::GlooFactory glooFactory = nullptr);
 
   TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
   ~TunedBackend() override;
@@ -101,7 +101,7 @@ class TunedBackend : public c10d::Backend {
   // dist.split_group and DeviceMesh with a bound device split the parent group: the child is a TunedBackend over
   // the store torch hands over (members only; its engines and NCCL side are made lazily, like a new group's).
   bool supportsSplitting() const override { return true; }
-  // Symmetric buffers for CPU tensors (CpuBackend::allocateTensor); CUDA tensors get none from `tuned`.
+  // Symmetric buffers for CPU tensors (cpu::CpuBackend::allocateTensor); CUDA tensors get none from `tuned`.
   bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override { return cpu_->supportsTensorAlloc(deviceIdx); }
   at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
@@ -148,7 +148,7 @@ class TunedBackend : public c10d::Backend {
   void unregisterAbortHook(int64_t hookId) override;
 
   // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
-  CpuBackend& cpu() { return *cpu_; }
+  cpu::CpuBackend& cpu() { return *cpu_; }
   // The NCCL side if it was created (for tests and tools), else null.
   c10::intrusive_ptr<c10d::Backend> ncclBackend() const { return nccl_.existing(); }
 
@@ -158,7 +158,7 @@ class TunedBackend : public c10d::Backend {
   // (collectives) the refusal also fails the CPU group.
   template <typename... Tensors>
   c10d::Backend& route(const char* op, bool failGroup, const Tensors&... tensors) {
-    DeviceScan scan;
+    cuda::DeviceScan scan;
     (scan.add(tensors), ...);
     return scan.cuda ? cudaSide(op, scan, failGroup) : *cpu_;
   }
@@ -166,15 +166,15 @@ class TunedBackend : public c10d::Backend {
   c10d::Backend& collective(const char* op, const Tensors&... tensors) {
     return route(op, true, tensors...);
   }
-  c10d::Backend& cudaSide(const char* op, const DeviceScan& scan, bool failGroup);
+  c10d::Backend& cudaSide(const char* op, const cuda::DeviceScan& scan, bool failGroup);
 
-  const NcclSide::CreatedHook onNcclCreated_;
+  const cuda::NcclSide::CreatedHook onNcclCreated_;
   const c10::intrusive_ptr<c10d::Store> store_;
   // Shared with the CPU side's failure callback, which may run after this object is gone.
   const std::shared_ptr<AbortHooks> abortHooks_ = std::make_shared<AbortHooks>();
   std::atomic<uint64_t> shrinks_{0};  // shrink() calls so far: each new group's store prefix carries its number
-  c10::intrusive_ptr<CpuBackend> cpu_;
-  NcclSide nccl_;
+  c10::intrusive_ptr<cpu::CpuBackend> cpu_;
+  cuda::NcclSide nccl_;
   std::mutex mutex_;
   // torch's startCoalescing does not say which device follows; the NCCL side starts coalescing at the first CUDA
   // call inside the coalesced block.

@@ -1,6 +1,6 @@
 // TunedBackend: the calls without tensors that reach both sides: ephemeral timeouts, the error state and completion
-// hooks. Each goes to the CPU side and, once it exists, to the NCCL side (NcclSide::whenCreated for hooks registered
-// before the group's first CUDA call).
+// hooks. Each goes to the CPU side and, once it exists, to the NCCL side (cuda::NcclSide::whenCreated for hooks
+// registered before the group's first CUDA call).
 #include <c10/util/Exception.h>
 
 #include <memory>
@@ -43,7 +43,7 @@ void TunedBackend::registerOnCompletionHook(std::function<void(std::shared_ptr<c
 
 #ifdef C10D_BACKEND_HAS_HOOKS
 bool TunedBackend::supportsCompletionHooks() const {
-  if (!ncclBuildInfo().compiledIn) {
+  if (!cuda::ncclBuildInfo().compiledIn) {
     return true;
   }
   auto nccl = nccl_.existing();

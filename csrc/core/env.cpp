@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 
-namespace tunedist {
+namespace tunedist::core {
 
 std::optional<std::string> envString(const char* name) {
   const char* v = std::getenv(name);
@@ -28,4 +28,4 @@ std::optional<long long> envNonNegativeInt(const char* name) {
   return parsed;
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::core

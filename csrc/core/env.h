@@ -5,12 +5,12 @@
 #include <optional>
 #include <string>
 
-namespace tunedist {
+namespace tunedist::core {
 
 // The variable's value; nullopt when it is unset or empty.
 std::optional<std::string> envString(const char* name);
-// The variable as a non-negative integer; nullopt when unset or empty. Throws tunedist::Error naming the variable
+// The variable as a non-negative integer; nullopt when unset or empty. Throws tunedist::core::Error naming the variable
 // when it is set to anything else.
 std::optional<long long> envNonNegativeInt(const char* name);
 
-}  // namespace tunedist
+}  // namespace tunedist::core

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace tunedist {
+namespace tunedist::core {
 
 // Thrown for every engine failure: a caller error, a peer failure, a timeout or an OS error.
 class Error : public std::runtime_error {
@@ -59,21 +59,21 @@ std::string str(const Args&... args) {
   return os.str();
 }
 }  // namespace detail
-}  // namespace tunedist
+}  // namespace tunedist::core
 
-// TD_CHECK(cond, parts...): throw tunedist::Error with the parts concatenated when cond is false.
-#define TD_CHECK(cond, ...)                                          \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      throw ::tunedist::Error(::tunedist::detail::str(__VA_ARGS__)); \
-    }                                                                \
+// TD_CHECK(cond, parts...): throw tunedist::core::Error with the parts concatenated when cond is false.
+#define TD_CHECK(cond, ...)                                                      \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      throw ::tunedist::core::Error(::tunedist::core::detail::str(__VA_ARGS__)); \
+    }                                                                            \
   } while (0)
 
 // TD_ASSERT: our own invariant; names the file and line because it is a bug in tunedist if it fires.
-#define TD_ASSERT(cond, ...)                                                                                        \
-  do {                                                                                                              \
-    if (!(cond)) {                                                                                                  \
-      throw ::tunedist::Error(::tunedist::detail::str("tunedist internal error at ", __FILE__, ":", __LINE__, ": ", \
-                                                      #cond, " ", ##__VA_ARGS__));                                  \
-    }                                                                                                               \
+#define TD_ASSERT(cond, ...)                                                                                    \
+  do {                                                                                                          \
+    if (!(cond)) {                                                                                              \
+      throw ::tunedist::core::Error(::tunedist::core::detail::str("tunedist internal error at ", __FILE__, ":", \
+                                                                  __LINE__, ": ", #cond, " ", ##__VA_ARGS__));  \
+    }                                                                                                           \
   } while (0)

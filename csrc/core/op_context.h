@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
-namespace tunedist::shm {
+namespace tunedist::core {
 
 struct OpContext {
   const char* name;
@@ -13,4 +13,4 @@ struct OpContext {
   std::chrono::steady_clock::time_point deadline;
 };
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::core

@@ -7,7 +7,7 @@
 #include "core/env.h"
 #include "core/error.h"
 
-namespace tunedist::shm {
+namespace tunedist::core {
 namespace {
 constexpr SlotStores kAllSlotStores[] = {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming,
                                          SlotStores::kAutoPerCopy};
@@ -139,4 +139,4 @@ size_t CrossHostOptions::chunkBytesFor(size_t bytes) const {
   return std::clamp(bytes / kTargetChunks, kMinChunkBytes, kMaxChunkBytes);
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::core

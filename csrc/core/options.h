@@ -9,7 +9,7 @@
 
 #include "core/types.h"
 
-namespace tunedist::shm {
+namespace tunedist::core {
 
 // How a rank copies into its own slot (shm/copy_in.h): chosen at run time from the measured cost, or forced.
 // kAutoPerCopy chooses for every operation from the cost of the copy alone, as kAuto did before it timed whole
@@ -113,7 +113,7 @@ struct ShmOptions {
   // TUNEDIST_CACHED_COPY_MAX_BYTES, TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES, TUNEDIST_BROADCAST_STREAM_BELOW_BYTES,
   // TUNEDIST_FUSED_OWN_COPY_MIN_BYTES, TUNEDIST_OWN_CACHED_COPY_MAX_BYTES, TUNEDIST_SLOT_STORES where set.
   static ShmOptions fromEnv();
-  // Throws tunedist::Error when a value is out of range.
+  // Throws tunedist::core::Error when a value is out of range.
   void validate() const;
   // The zero-copy threshold of a group with `ranksOnHost` ranks here: symmetricMinBytes when set, else
   // kDefaultSymmetricMinBytes (256 KiB) when those ranks fit the CPUs this process may run on, and
@@ -152,8 +152,8 @@ struct CrossHostOptions {
   size_t chunkBytesFor(size_t bytes) const;
 
   static CrossHostOptions fromEnv();
-  // Throws tunedist::Error when a value is out of range.
+  // Throws tunedist::core::Error when a value is out of range.
   void validate() const;
 };
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::core

@@ -6,16 +6,16 @@
 #include <chrono>
 #include <string>
 
-namespace tunedist {
+namespace tunedist::core {
 
 class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
-  // Blocks until `key` exists or `timeout` passes (then throws tunedist::TimeoutError).
+  // Blocks until `key` exists or `timeout` passes (then throws tunedist::core::TimeoutError).
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   // True if `key` exists now; never blocks.
   virtual bool check(const std::string& key) = 0;
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::core

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace tunedist::keys {
+namespace tunedist::core::keys {
 
 // Host discovery (topology/host_discovery.cpp): rank r's HostKey, the per-host probe segment names, and the
 // leaders' verdicts on them; each prefix is followed by a rank or host index.
@@ -34,4 +34,4 @@ inline std::string p2pRing(int src, int dst) {
   return "tunedist_p2p_" + std::to_string(src) + "_" + std::to_string(dst);
 }
 
-}  // namespace tunedist::keys
+}  // namespace tunedist::core::keys

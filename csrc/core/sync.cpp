@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 
-namespace tunedist::shm {
+namespace tunedist::core {
 namespace {
 
 uint64_t pidNamespaceInode() {
@@ -186,4 +186,4 @@ void futexWaitAny(const std::vector<std::pair<std::atomic<uint32_t>*, uint32_t>>
   futexWait(words[0].first, words[0].second, std::max(slice, std::chrono::milliseconds(1)));
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::core

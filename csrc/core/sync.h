@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace tunedist::shm {
+namespace tunedist::core {
 
 // FUTEX_WAIT on a word in MAP_SHARED memory (not the private variant: waiters live in other processes).
 // Returns when woken, when *word != expected, on a signal, or after `timeout`.
@@ -54,7 +54,7 @@ enum class Liveness {
   kUnknown,  // the lock could not tell (an error from the mutex): fall back to other evidence
 };
 
-// Step 1, on the owner's thread: a robust, process-shared mutex. Throws tunedist::Error if pthread refuses.
+// Step 1, on the owner's thread: a robust, process-shared mutex. Throws tunedist::core::Error if pthread refuses.
 void initLifeLock(LifeLock* lock);
 // Step 1, on the holding thread (it must live as long as the hold: a thread's exit also releases it).
 void holdLifeLock(LifeLock* lock);
@@ -75,4 +75,4 @@ struct ProcessIdentity {
 // False when it lives, or when we cannot see it (another namespace): then only its heartbeat can tell.
 bool processCertainlyGone(const ProcessIdentity& who);
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::core

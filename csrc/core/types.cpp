@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 
-namespace tunedist::shm {
+namespace tunedist::core {
 
 size_t dtypeSize(DType t) {
   switch (t) {
@@ -68,4 +68,4 @@ bool isFloating(DType t) {
   return false;
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::core

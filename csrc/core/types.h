@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace tunedist::shm {
+namespace tunedist::core {
 
 enum class DType : uint8_t {
   kFloat32 = 0,
@@ -36,4 +36,4 @@ const char* dtypeName(DType t);
 const char* redOpName(RedOp op);
 bool isFloating(DType t);
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::core

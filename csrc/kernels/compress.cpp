@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "kernels/kernel_table_impl.h"
 
-namespace tunedist::shm {
+namespace tunedist::kernels {
 namespace {
 
 int precisionIndex(LowPrecision precision, const char* op) {
@@ -42,4 +42,4 @@ void widenFromLowPrecision(LowPrecision precision, void* out, const void* in, si
   kernels::activeKernelTable().decompress[index](out, in, count);
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::kernels

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-namespace tunedist::shm {
+namespace tunedist::kernels {
 
 enum class LowPrecision : int { kFloat16 = 0, kBFloat16 = 1 };
 
@@ -17,4 +17,4 @@ void compressToLowPrecision(LowPrecision precision, void* out, const void* in, s
 // `in` itself (widening in place from the first half of its bytes) or a buffer that does not overlap it.
 void widenFromLowPrecision(LowPrecision precision, void* out, const void* in, size_t count);
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::kernels

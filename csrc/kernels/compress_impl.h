@@ -21,7 +21,7 @@
 
 #include "kernels/convert_impl.h"
 
-namespace tunedist::shm::kernels {
+namespace tunedist::kernels {
 namespace {
 
 inline void compressHalfBlock(uint16_t* __restrict out, const float* __restrict in, size_t n, float divisor) {
@@ -145,4 +145,4 @@ void decompressKernel(void* out, const void* in, size_t count) {
 }
 
 }  // namespace
-}  // namespace tunedist::shm::kernels
+}  // namespace tunedist::kernels

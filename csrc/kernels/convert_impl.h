@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace tunedist::shm::kernels {
+namespace tunedist::kernels {
 namespace {
 
 inline float bitsToFloat(uint32_t u) {
@@ -143,4 +143,4 @@ struct Int64AvgCodec {
 };
 
 }  // namespace
-}  // namespace tunedist::shm::kernels
+}  // namespace tunedist::kernels

@@ -7,9 +7,9 @@
 #include "core/types.h"
 #include "kernels/reduce.h"
 
-namespace tunedist::shm::kernels {
+namespace tunedist::kernels {
 
-constexpr int kNumRedOps = static_cast<int>(RedOp::kPremulSum) + 1;
+constexpr int kNumRedOps = static_cast<int>(core::RedOp::kPremulSum) + 1;
 
 // reduce() refuses more sources than this: the integer AVG kernels rely on sums below 2^53 (2^31 * 2^16 = 2^47).
 constexpr int kMaxReduceSources = 1 << 16;
@@ -24,7 +24,7 @@ using DecompressFn = void (*)(void* out, const void* in, size_t count);
 
 struct KernelTable {
   // nullptr where checkReduceSupported rejects the combination.
-  ReduceFn reduce[kNumDTypes][kNumRedOps];
+  ReduceFn reduce[core::kNumDTypes][kNumRedOps];
   CopyFn copy;
   CopyTwiceFn copyTwice;
   // Index 0: float16, 1: bfloat16.
@@ -45,4 +45,4 @@ namespace avx512 {
 extern const KernelTable kKernelTable;
 }
 
-}  // namespace tunedist::shm::kernels
+}  // namespace tunedist::kernels

@@ -8,14 +8,13 @@
 #include "kernels/lowrank_table_impl.h"
 #include "kernels/reduce.h"
 
-namespace tunedist::shm {
+namespace tunedist::kernels {
 namespace {
 
 const kernels::LowRankTable& table() {
   // The AVX2 build also needs FMA; AVX-512 machines run it too (the rows of a gradient are short).
   static const bool kFma = __builtin_cpu_supports("fma") != 0;
-  return activeSimdLevel() != SimdLevel::kScalar && kFma ? kernels::avx2::kLowRankTable
-                                                         : kernels::scalar::kLowRankTable;
+  return activeSimdLevel() != SimdLevel::kScalar && kFma ? avx2::kLowRankTable : scalar::kLowRankTable;
 }
 
 void checkRange(const char* op, int64_t begin, int64_t end, int64_t limit, const char* what) {
@@ -84,4 +83,4 @@ void transposeFloat(float* dst, const float* src, int64_t rows, int64_t cols) {
     for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::kernels

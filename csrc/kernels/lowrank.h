@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-namespace tunedist::shm {
+namespace tunedist::kernels {
 
 // p[i][k] = sum_j m[i][j] * qT[k][j], for rows i in [rowBegin, rowEnd) and k < r.
 void lowRankProject(const float* m, int64_t cols, const float* qT, int64_t r, float* p, int64_t rowBegin,
@@ -40,4 +40,4 @@ void lowRankGramSchmidt(float* x, int64_t rows, int64_t r, float epsilon);
 // dst (cols x rows) = src (rows x cols) transposed.
 void transposeFloat(float* dst, const float* src, int64_t rows, int64_t cols);
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::kernels

@@ -6,8 +6,8 @@
 
 #include "kernels/lowrank_impl.h"
 
-namespace tunedist::shm::kernels::avx2 {
+namespace tunedist::kernels::avx2 {
 
 constexpr LowRankTable kLowRankTable = buildLowRankTable();
 
-}  // namespace tunedist::shm::kernels::avx2
+}  // namespace tunedist::kernels::avx2

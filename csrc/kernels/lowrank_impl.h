@@ -24,7 +24,7 @@
 
 #include "kernels/lowrank_table_impl.h"
 
-namespace tunedist::shm::kernels {
+namespace tunedist::kernels {
 namespace {
 
 typedef float V8 __attribute__((vector_size(32)));
@@ -236,4 +236,4 @@ void expand(float* out, float* err, int64_t cols, const float* p, const float* q
 constexpr LowRankTable buildLowRankTable() { return LowRankTable{&project, &projectT, &expand}; }
 
 }  // namespace
-}  // namespace tunedist::shm::kernels
+}  // namespace tunedist::kernels

@@ -3,8 +3,8 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #include "kernels/lowrank_impl.h"
 
-namespace tunedist::shm::kernels::scalar {
+namespace tunedist::kernels::scalar {
 
 constexpr LowRankTable kLowRankTable = buildLowRankTable();
 
-}  // namespace tunedist::shm::kernels::scalar
+}  // namespace tunedist::kernels::scalar

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace tunedist::shm::kernels {
+namespace tunedist::kernels {
 
 struct LowRankTable {
   // m is written only when err is not null (m += err).
@@ -23,4 +23,4 @@ namespace avx2 {
 extern const LowRankTable kLowRankTable;  // built with FMA
 }
 
-}  // namespace tunedist::shm::kernels
+}  // namespace tunedist::kernels

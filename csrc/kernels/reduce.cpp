@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "kernels/kernel_table_impl.h"
 
-namespace tunedist::shm {
+namespace tunedist::kernels {
 namespace {
 
 // A level forced by forceSimdLevel(), or kNotForced. The only mutable process-wide state of the kernels: the level
@@ -40,7 +40,7 @@ void checkCpuSupports(SimdLevel level, const char* source) {
 
 // TUNEDIST_SIMD parsed, or kNotForced when unset or empty. Throws for a value that is not a level.
 int readEnvLevel() {
-  const auto env = envString("TUNEDIST_SIMD");
+  const auto env = core::envString("TUNEDIST_SIMD");
   if (!env) return kNotForced;
   const char* value = env->c_str();
   for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
@@ -55,14 +55,14 @@ int readEnvLevel() {
 
 }  // namespace
 
-const kernels::KernelTable& kernels::activeKernelTable() {
+const KernelTable& activeKernelTable() {
   switch (activeSimdLevel()) {
-    case SimdLevel::kScalar: return kernels::scalar::kKernelTable;
-    case SimdLevel::kAvx2: return kernels::avx2::kKernelTable;
-    case SimdLevel::kAvx512: return kernels::avx512::kKernelTable;
+    case SimdLevel::kScalar: return scalar::kKernelTable;
+    case SimdLevel::kAvx2: return avx2::kKernelTable;
+    case SimdLevel::kAvx512: return avx512::kKernelTable;
   }
   TD_ASSERT(false, "unknown SIMD level");
-  return kernels::scalar::kKernelTable;
+  return scalar::kKernelTable;
 }
 
 bool rangesOverlap(const void* a, const void* b, size_t bytes) {
@@ -76,10 +76,10 @@ namespace {
 // as a world-size-1 all-reduce): every op but a scaling AVG or PREMUL_SUM. Bool is excluded: its kernel normalises
 // any nonzero byte to 1.
 bool keepsOneTerm(const ReduceArgs& args) {
-  if (args.dtype == DType::kBool) return false;
+  if (args.dtype == core::DType::kBool) return false;
   switch (args.op) {
-    case RedOp::kAvg: return args.divisor == 1;
-    case RedOp::kPremulSum: return args.factor == 1.0;
+    case core::RedOp::kAvg: return args.divisor == 1;
+    case core::RedOp::kPremulSum: return args.factor == 1.0;
     default: return true;
   }
 }
@@ -122,30 +122,30 @@ void forceSimdLevel(SimdLevel level) {
 
 void resetSimdLevel() { gForcedLevel.store(kNotForced, std::memory_order_release); }
 
-void checkReduceSupported(DType dtype, RedOp op) {
-  TD_CHECK(static_cast<int>(dtype) < kNumDTypes, "reduce: unknown dtype code ", static_cast<int>(dtype));
+void checkReduceSupported(core::DType dtype, core::RedOp op) {
+  TD_CHECK(static_cast<int>(dtype) < core::kNumDTypes, "reduce: unknown dtype code ", static_cast<int>(dtype));
   TD_CHECK(static_cast<int>(op) < kernels::kNumRedOps, "reduce: unknown op code ", static_cast<int>(op));
-  const bool bitwise = op == RedOp::kBand || op == RedOp::kBor || op == RedOp::kBxor;
-  TD_CHECK(!(bitwise && isFloating(dtype)), redOpName(op), " is not defined for ", dtypeName(dtype),
+  const bool bitwise = op == core::RedOp::kBand || op == core::RedOp::kBor || op == core::RedOp::kBxor;
+  TD_CHECK(!(bitwise && core::isFloating(dtype)), core::redOpName(op), " is not defined for ", core::dtypeName(dtype),
            " (bitwise ops need an integer or bool tensor)");
-  TD_CHECK(!(dtype == DType::kBool && (op == RedOp::kAvg || op == RedOp::kPremulSum)), redOpName(op),
-           " is not defined for bool");
+  TD_CHECK(!(dtype == core::DType::kBool && (op == core::RedOp::kAvg || op == core::RedOp::kPremulSum)),
+           core::redOpName(op), " is not defined for bool");
   // NCCL converts the factor to the element type for integers, which rounds it to an integer; rather than pick one
   // of several plausible meanings, integer PREMUL_SUM is refused.
-  TD_CHECK(!(op == RedOp::kPremulSum && !isFloating(dtype)), "PREMUL_SUM is not supported for ", dtypeName(dtype),
-           " (floating types only)");
+  TD_CHECK(!(op == core::RedOp::kPremulSum && !core::isFloating(dtype)), "PREMUL_SUM is not supported for ",
+           core::dtypeName(dtype), " (floating types only)");
 }
 
 void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc, size_t count) {
   checkReduceSupported(args.dtype, args.op);
-  TD_CHECK(nsrc >= 1 && nsrc <= kernels::kMaxReduceSources, "reduce: ", redOpName(args.op), " on ",
-           dtypeName(args.dtype), " needs between 1 and ", kernels::kMaxReduceSources, " sources, got ", nsrc);
-  TD_CHECK(args.op != RedOp::kAvg || args.divisor >= 1, "reduce: AVG on ", dtypeName(args.dtype),
+  TD_CHECK(nsrc >= 1 && nsrc <= kernels::kMaxReduceSources, "reduce: ", core::redOpName(args.op), " on ",
+           core::dtypeName(args.dtype), " needs between 1 and ", kernels::kMaxReduceSources, " sources, got ", nsrc);
+  TD_CHECK(args.op != core::RedOp::kAvg || args.divisor >= 1, "reduce: AVG on ", core::dtypeName(args.dtype),
            " needs divisor >= 1, got ", args.divisor);
   if (count == 0) return;
-  TD_CHECK(out != nullptr && srcs != nullptr, "reduce: ", redOpName(args.op), " on ", dtypeName(args.dtype),
+  TD_CHECK(out != nullptr && srcs != nullptr, "reduce: ", core::redOpName(args.op), " on ", core::dtypeName(args.dtype),
            ": null output or source list");
-  const size_t bytes = count * dtypeSize(args.dtype);
+  const size_t bytes = count * core::dtypeSize(args.dtype);
   for (int s = 0; s < nsrc; ++s) {
     TD_CHECK(srcs[s] != nullptr, "reduce: source ", s, " is null");
     TD_CHECK(srcs[s] == out || !rangesOverlap(srcs[s], out, bytes), "reduce: output partially overlaps source ", s,
@@ -153,7 +153,7 @@ void reduce(const ReduceArgs& args, void* out, const void* const* srcs, int nsrc
   }
   const kernels::ReduceFn fn =
       kernels::activeKernelTable().reduce[static_cast<int>(args.dtype)][static_cast<int>(args.op)];
-  TD_ASSERT(fn != nullptr, "no kernel for ", redOpName(args.op), " on ", dtypeName(args.dtype));
+  TD_ASSERT(fn != nullptr, "no kernel for ", core::redOpName(args.op), " on ", core::dtypeName(args.dtype));
   // After the checks above (and the SIMD level's, which reports a bad TUNEDIST_SIMD on every call).
   if (nsrc == 1 && srcs[0] == out && keepsOneTerm(args)) return;
   fn(args, out, srcs, nsrc, count);
@@ -176,4 +176,4 @@ void copyBytesTwice(void* shared, void* own, const void* src, size_t bytes, bool
   kernels::activeKernelTable().copyTwice(shared, own, src, bytes, streamShared, streamOwn);
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::kernels

@@ -8,7 +8,7 @@
 
 #include "core/types.h"
 
-namespace tunedist::shm {
+namespace tunedist::kernels {
 
 enum class SimdLevel : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
@@ -17,23 +17,23 @@ const char* simdLevelName(SimdLevel level);
 SimdLevel detectSimdLevel();
 // The level in use: TUNEDIST_SIMD if set (read once), else forceSimdLevel's, else detectSimdLevel().
 SimdLevel activeSimdLevel();
-// Pins the level for this process; throws tunedist::Error if the CPU lacks it. Tests use it to compare levels.
+// Pins the level for this process; throws tunedist::core::Error if the CPU lacks it. Tests use it to compare levels.
 void forceSimdLevel(SimdLevel level);
 // Clears a forced level, back to TUNEDIST_SIMD or detection.
 void resetSimdLevel();
 
 struct ReduceArgs {
-  DType dtype = DType::kFloat32;
-  RedOp op = RedOp::kSum;
+  core::DType dtype = core::DType::kFloat32;
+  core::RedOp op = core::RedOp::kSum;
   // kPremulSum: every term is multiplied by `factor` before the sum.
   double factor = 1.0;
   // kAvg: the sum is divided by `divisor` (the world size). Integers divide truncating toward zero, as NCCL does.
   int divisor = 1;
 };
 
-// Throws tunedist::Error (naming op and dtype) for combinations without a meaning: bitwise ops on floating types,
+// Throws tunedist::core::Error (naming op and dtype) for combinations without a meaning: bitwise ops on floating types,
 // AVG/PREMUL_SUM on bool, PREMUL_SUM on integers.
-void checkReduceSupported(DType dtype, RedOp op);
+void checkReduceSupported(core::DType dtype, core::RedOp op);
 
 // out[i] = srcs[0][i] (op) srcs[1][i] (op) ... (op) srcs[nsrc-1][i], for i in [0, count), left to right.
 // 1 <= nsrc <= 65536; nsrc == 1 copies (AVG still divides, PREMUL_SUM still multiplies). `out` may alias any of
@@ -47,9 +47,9 @@ bool rangesOverlap(const void* a, const void* b, size_t bytes);
 // The streaming copy (and what the benchmark's memcpy_gbps measures): from 16 KiB up, the AVX2/AVX-512 levels write
 // with non-temporal stores (no read-for-ownership of dst) and end with an sfence, so a following release store
 // publishes the data. The collectives use it to copy out of a peer's slot into a user's tensor when a rank receives
-// more than ShmOptions::cachedCopyMaxBytes in the operation (shm/rounds.h copyOut), except the two-shot all-reduce,
-// whose chunks are one slot: cached there measured ~15% faster at 16 MiB. dst == src is a
-// no-op; otherwise the ranges must not overlap.
+// more than core::ShmOptions::cachedCopyMaxBytes in the operation (shm/rounds.h copyOut), except the two-shot
+// all-reduce, whose chunks are one slot: cached there measured ~15% faster at 16 MiB. dst == src is a no-op; otherwise
+// the ranges must not overlap.
 void copyBytes(void* dst, const void* src, size_t bytes);
 
 // Plain memcpy, which leaves dst in cache. The collectives use it to copy into their own slot, which peers read
@@ -66,4 +66,4 @@ void copyBytesCached(void* dst, const void* src, size_t bytes);
 // their time, streaming to the slot 0.61-0.72 (0.53-0.65 in an unloaded run). The three ranges must not overlap.
 void copyBytesTwice(void* shared, void* own, const void* src, size_t bytes, bool streamShared, bool streamOwn);
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::kernels

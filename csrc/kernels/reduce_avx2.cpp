@@ -5,8 +5,8 @@
 
 #include "kernels/reduce_impl.h"
 
-namespace tunedist::shm::kernels::avx2 {
+namespace tunedist::kernels::avx2 {
 
 constexpr KernelTable kKernelTable = buildKernelTable();
 
-}  // namespace tunedist::shm::kernels::avx2
+}  // namespace tunedist::kernels::avx2

@@ -6,8 +6,8 @@
 
 #include "kernels/reduce_impl.h"
 
-namespace tunedist::shm::kernels::avx512 {
+namespace tunedist::kernels::avx512 {
 
 constexpr KernelTable kKernelTable = buildKernelTable();
 
-}  // namespace tunedist::shm::kernels::avx512
+}  // namespace tunedist::kernels::avx512

@@ -28,7 +28,7 @@
 #include "kernels/convert_impl.h"
 #include "kernels/kernel_table_impl.h"
 
-namespace tunedist::shm::kernels {
+namespace tunedist::kernels {
 namespace {
 
 // Accumulator bytes per block: 1024 floats. Small enough to stay in L1 with the source stream and the fp16
@@ -524,7 +524,7 @@ inline void copyTwiceKernel(void* shared, void* own, const void* src, size_t byt
 
 // ---- The table. ----
 
-constexpr int opIndex(RedOp op) { return static_cast<int>(op); }
+constexpr int opIndex(core::RedOp op) { return static_cast<int>(op); }
 
 template <typename Codec, template <typename> class Op>
 constexpr ReduceFn kernelFor() {
@@ -532,56 +532,56 @@ constexpr ReduceFn kernelFor() {
 }
 
 template <typename Codec>
-constexpr void addFloating(KernelTable& t, DType dtype) {
+constexpr void addFloating(KernelTable& t, core::DType dtype) {
   ReduceFn* row = t.reduce[static_cast<int>(dtype)];
-  row[opIndex(RedOp::kSum)] = kernelFor<Codec, SumOp>();
-  row[opIndex(RedOp::kAvg)] = kernelFor<Codec, AvgOp>();
-  row[opIndex(RedOp::kProduct)] = kernelFor<Codec, ProductOp>();
-  row[opIndex(RedOp::kMin)] = kernelFor<Codec, MinOp>();
-  row[opIndex(RedOp::kMax)] = kernelFor<Codec, MaxOp>();
-  row[opIndex(RedOp::kPremulSum)] = kernelFor<Codec, PremulSumOp>();
+  row[opIndex(core::RedOp::kSum)] = kernelFor<Codec, SumOp>();
+  row[opIndex(core::RedOp::kAvg)] = kernelFor<Codec, AvgOp>();
+  row[opIndex(core::RedOp::kProduct)] = kernelFor<Codec, ProductOp>();
+  row[opIndex(core::RedOp::kMin)] = kernelFor<Codec, MinOp>();
+  row[opIndex(core::RedOp::kMax)] = kernelFor<Codec, MaxOp>();
+  row[opIndex(core::RedOp::kPremulSum)] = kernelFor<Codec, PremulSumOp>();
 }
 
 // Wrapping ops accumulate in the unsigned twin, MIN/MAX in the type itself, AVG in double or (int64) in 64 bits.
 template <typename S>
-constexpr void addInteger(KernelTable& t, DType dtype) {
+constexpr void addInteger(KernelTable& t, core::DType dtype) {
   using Wrap = PlainCodec<S, std::make_unsigned_t<S>>;
   using Self = PlainCodec<S, S>;
   using Avg = std::conditional_t<sizeof(S) == 8, Int64AvgCodec,
                                  SmallIntAvgCodec<S, std::conditional_t<sizeof(S) == 1, float, double>>>;
   ReduceFn* row = t.reduce[static_cast<int>(dtype)];
-  row[opIndex(RedOp::kSum)] = kernelFor<Wrap, SumOp>();
-  row[opIndex(RedOp::kAvg)] = kernelFor<Avg, AvgOp>();
-  row[opIndex(RedOp::kProduct)] = kernelFor<Wrap, ProductOp>();
-  row[opIndex(RedOp::kMin)] = kernelFor<Self, MinOp>();
-  row[opIndex(RedOp::kMax)] = kernelFor<Self, MaxOp>();
-  row[opIndex(RedOp::kBand)] = kernelFor<Wrap, BandOp>();
-  row[opIndex(RedOp::kBor)] = kernelFor<Wrap, BorOp>();
-  row[opIndex(RedOp::kBxor)] = kernelFor<Wrap, BxorOp>();
+  row[opIndex(core::RedOp::kSum)] = kernelFor<Wrap, SumOp>();
+  row[opIndex(core::RedOp::kAvg)] = kernelFor<Avg, AvgOp>();
+  row[opIndex(core::RedOp::kProduct)] = kernelFor<Wrap, ProductOp>();
+  row[opIndex(core::RedOp::kMin)] = kernelFor<Self, MinOp>();
+  row[opIndex(core::RedOp::kMax)] = kernelFor<Self, MaxOp>();
+  row[opIndex(core::RedOp::kBand)] = kernelFor<Wrap, BandOp>();
+  row[opIndex(core::RedOp::kBor)] = kernelFor<Wrap, BorOp>();
+  row[opIndex(core::RedOp::kBxor)] = kernelFor<Wrap, BxorOp>();
 }
 
 // Bool: SUM and MAX are logical or, PRODUCT and MIN logical and.
 constexpr void addBool(KernelTable& t) {
-  ReduceFn* row = t.reduce[static_cast<int>(DType::kBool)];
-  row[opIndex(RedOp::kSum)] = kernelFor<BoolCodec, BorOp>();
-  row[opIndex(RedOp::kProduct)] = kernelFor<BoolCodec, BandOp>();
-  row[opIndex(RedOp::kMin)] = kernelFor<BoolCodec, BandOp>();
-  row[opIndex(RedOp::kMax)] = kernelFor<BoolCodec, BorOp>();
-  row[opIndex(RedOp::kBand)] = kernelFor<BoolCodec, BandOp>();
-  row[opIndex(RedOp::kBor)] = kernelFor<BoolCodec, BorOp>();
-  row[opIndex(RedOp::kBxor)] = kernelFor<BoolCodec, BxorOp>();
+  ReduceFn* row = t.reduce[static_cast<int>(core::DType::kBool)];
+  row[opIndex(core::RedOp::kSum)] = kernelFor<BoolCodec, BorOp>();
+  row[opIndex(core::RedOp::kProduct)] = kernelFor<BoolCodec, BandOp>();
+  row[opIndex(core::RedOp::kMin)] = kernelFor<BoolCodec, BandOp>();
+  row[opIndex(core::RedOp::kMax)] = kernelFor<BoolCodec, BorOp>();
+  row[opIndex(core::RedOp::kBand)] = kernelFor<BoolCodec, BandOp>();
+  row[opIndex(core::RedOp::kBor)] = kernelFor<BoolCodec, BorOp>();
+  row[opIndex(core::RedOp::kBxor)] = kernelFor<BoolCodec, BxorOp>();
 }
 
 constexpr KernelTable buildKernelTable() {
   KernelTable t{};
-  addFloating<PlainCodec<float, float>>(t, DType::kFloat32);
-  addFloating<PlainCodec<double, double>>(t, DType::kFloat64);
-  addFloating<HalfCodec>(t, DType::kFloat16);
-  addFloating<BFloat16Codec>(t, DType::kBFloat16);
-  addInteger<int8_t>(t, DType::kInt8);
-  addInteger<uint8_t>(t, DType::kUInt8);
-  addInteger<int32_t>(t, DType::kInt32);
-  addInteger<int64_t>(t, DType::kInt64);
+  addFloating<PlainCodec<float, float>>(t, core::DType::kFloat32);
+  addFloating<PlainCodec<double, double>>(t, core::DType::kFloat64);
+  addFloating<HalfCodec>(t, core::DType::kFloat16);
+  addFloating<BFloat16Codec>(t, core::DType::kBFloat16);
+  addInteger<int8_t>(t, core::DType::kInt8);
+  addInteger<uint8_t>(t, core::DType::kUInt8);
+  addInteger<int32_t>(t, core::DType::kInt32);
+  addInteger<int64_t>(t, core::DType::kInt64);
   addBool(t);
   t.copy = &copyKernel;
   t.copyTwice = &copyTwiceKernel;
@@ -593,4 +593,4 @@ constexpr KernelTable buildKernelTable() {
 }
 
 }  // namespace
-}  // namespace tunedist::shm::kernels
+}  // namespace tunedist::kernels

@@ -1,8 +1,8 @@
 // The portable build of the kernels (baseline x86-64, i.e. SSE2 at most; CMake adds -O3 to *_scalar.cpp).
 #include "kernels/reduce_impl.h"
 
-namespace tunedist::shm::kernels::scalar {
+namespace tunedist::kernels::scalar {
 
 constexpr KernelTable kKernelTable = buildKernelTable();
 
-}  // namespace tunedist::shm::kernels::scalar
+}  // namespace tunedist::kernels::scalar

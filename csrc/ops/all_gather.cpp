@@ -7,7 +7,7 @@
 
 #include "ops/common.h"
 
-namespace tunedist::direct {
+namespace tunedist::ops {
 namespace {
 
 template <typename Group>
@@ -26,4 +26,4 @@ void allGatherIntoTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/
 
 TUNEDIST_IMPL_BOTH_GROUPS("all_gather_into_tensor_", allGatherIntoTensor, allGatherIntoTensorMeta)
 
-}  // namespace tunedist::direct
+}  // namespace tunedist::ops

@@ -20,7 +20,7 @@
 
 #include "ops/common.h"
 
-namespace tunedist::direct {
+namespace tunedist::ops {
 namespace {
 
 constexpr const char* kOp = "tunedist.all_reduce";
@@ -45,7 +45,7 @@ void allReduce(at::Tensor& tensor, std::string op, Group group) {
   at::Tensor t = realView(tensor, opts.reduceOp, op);
   std::vector<at::Tensor> tensors{t};
   // A tuned group runs a synchronous call that finds nothing queued on this thread and returns no Work for it
-  // (Executor::Options::syncReturnsWork).
+  // (cpu::Executor::Options::syncReturnsWork).
   waitFor(backendFor(kOp, group, t.device().type())->allreduce(tensors, opts));
 }
 
@@ -57,4 +57,4 @@ void allReduceMeta(at::Tensor& /*tensor*/, std::string /*op*/, Group /*group*/) 
 
 TUNEDIST_IMPL_BOTH_GROUPS("all_reduce_", allReduce, allReduceMeta)
 
-}  // namespace tunedist::direct
+}  // namespace tunedist::ops

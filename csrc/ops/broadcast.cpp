@@ -9,7 +9,7 @@
 
 #include "ops/common.h"
 
-namespace tunedist::direct {
+namespace tunedist::ops {
 namespace {
 
 template <typename Group>
@@ -28,4 +28,4 @@ void broadcastMeta(at::Tensor& /*tensor*/, int64_t /*groupSrc*/, Group /*group*/
 
 TUNEDIST_IMPL_BOTH_GROUPS("broadcast_", broadcast, broadcastMeta)
 
-}  // namespace tunedist::direct
+}  // namespace tunedist::ops

@@ -6,7 +6,7 @@
 #include <array>
 #include <utility>
 
-namespace tunedist::direct {
+namespace tunedist::ops {
 
 c10::intrusive_ptr<c10d::Backend> backendFor(const char* op, const std::string& groupName, c10::DeviceType device) {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -51,4 +51,4 @@ c10d::ReduceOp parseReduceOp(const char* op, const std::string& name) {
               "'; use sum, avg, product, min, max, band, bor or bxor (PREMUL_SUM: use torch.distributed)");
 }
 
-}  // namespace tunedist::direct
+}  // namespace tunedist::ops

@@ -7,7 +7,7 @@
 
 #include "ops/common.h"
 
-namespace tunedist::direct {
+namespace tunedist::ops {
 namespace {
 
 constexpr const char* kOp = "tunedist.reduce_scatter_tensor";
@@ -29,4 +29,4 @@ void reduceScatterTensorMeta(at::Tensor& /*output*/, const at::Tensor& /*input*/
 
 TUNEDIST_IMPL_BOTH_GROUPS("reduce_scatter_tensor_", reduceScatterTensor, reduceScatterTensorMeta)
 
-}  // namespace tunedist::direct
+}  // namespace tunedist::ops

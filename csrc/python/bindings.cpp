@@ -20,6 +20,7 @@
 
 namespace py = pybind11;
 
+namespace tunedist::python {
 namespace {
 
 // Holds a Python callable for C++ code that calls it on other threads: it is called and released under the GIL (or
@@ -36,7 +37,7 @@ std::shared_ptr<py::object> holdCallable(const py::object& callable) {
 
 // Wraps a Python callable (or None) as the NCCL side's creation hook. The hook runs on whichever thread made the
 // first CUDA call, usually without the GIL.
-tunedist::NcclSide::CreatedHook ncclCreatedHook(const py::object& onNcclCreated) {
+tunedist::cuda::NcclSide::CreatedHook ncclCreatedHook(const py::object& onNcclCreated) {
   if (onNcclCreated.is_none()) {
     return {};
   }
@@ -54,7 +55,7 @@ tunedist::NcclSide::CreatedHook ncclCreatedHook(const py::object& onNcclCreated)
 
 // Wraps the Python callable that makes a gloo group (store, rank, size, timeout) -> ProcessGroupGloo, for the
 // groups between hosts. Called on the backend's worker thread.
-tunedist::GlooFactory wrapGlooFactory(const py::object& callable) {
+tunedist::engine::hier::GlooFactory wrapGlooFactory(const py::object& callable) {
   if (callable.is_none()) {
     return nullptr;
   }
@@ -70,7 +71,7 @@ c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c1
                                                      const py::object& onNcclCreated, const py::object& glooFactory) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   auto hook = ncclCreatedHook(onNcclCreated);
-  tunedist::GlooFactory factory = wrapGlooFactory(glooFactory);
+  tunedist::engine::hier::GlooFactory factory = wrapGlooFactory(glooFactory);
   py::gil_scoped_release release;
   return tunedist::TunedBackend::create(store, rank, size, ms, std::move(hook), std::move(factory));
 }
@@ -94,7 +95,7 @@ double copyGbps(const at::Tensor& dst, const at::Tensor& src) {
   const size_t bytes = dst.nbytes();
   py::gil_scoped_release release;
   auto t0 = std::chrono::steady_clock::now();
-  tunedist::shm::copyBytes(dst.data_ptr(), src.data_ptr(), bytes);
+  tunedist::kernels::copyBytes(dst.data_ptr(), src.data_ptr(), bytes);
   auto t1 = std::chrono::steady_clock::now();
   return double(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9;
 }
@@ -112,9 +113,9 @@ py::dict measureKernelsUs(size_t bytes, int nsrc, int reps) {
   for (auto& s : srcs) {
     ptrs.push_back(s.data());
   }
-  tunedist::shm::ReduceArgs sum;
-  sum.dtype = tunedist::shm::DType::kFloat32;
-  sum.op = tunedist::shm::RedOp::kSum;
+  tunedist::kernels::ReduceArgs sum;
+  sum.dtype = tunedist::core::DType::kFloat32;
+  sum.op = tunedist::core::RedOp::kSum;
   auto median = [reps](auto&& fn) {
     std::vector<double> us;
     fn();
@@ -131,10 +132,10 @@ py::dict measureKernelsUs(size_t bytes, int nsrc, int reps) {
     py::gil_scoped_release release;
     // all_reduce copies into its slot (and, two-shot, out of a peer's) with plain cached stores: time that copy,
     // not the streaming one, which at 16 KiB already writes to memory (~5x the time of a cached 16 KiB copy here).
-    copyUs = median([&] { tunedist::shm::copyBytesCached(out.data(), srcs[0].data(), count * 4); });
-    reduceUs = median([&] { tunedist::shm::reduce(sum, out.data(), ptrs.data(), nsrc, count); });
+    copyUs = median([&] { tunedist::kernels::copyBytesCached(out.data(), srcs[0].data(), count * 4); });
+    reduceUs = median([&] { tunedist::kernels::reduce(sum, out.data(), ptrs.data(), nsrc, count); });
     const void* self = out.data();
-    selfUs = median([&] { tunedist::shm::reduce(sum, out.data(), &self, 1, count); });
+    selfUs = median([&] { tunedist::kernels::reduce(sum, out.data(), &self, 1, count); });
   }
   py::dict d;
   d["copy_us"] = copyUs;
@@ -169,10 +170,14 @@ static_assert(sizeof(NoGilIntrusivePtr<tunedist::TunedBackend>) == sizeof(c10::i
               "pybind casts the holder of a TunedBackend to torch's holder of a Backend");
 
 }  // namespace
+}  // namespace tunedist::python
 
-PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilIntrusivePtr<T>, true);
+PYBIND11_DECLARE_HOLDER_TYPE(T, tunedist::python::NoGilIntrusivePtr<T>, true);
 
-PYBIND11_MODULE(_C, m) {
+namespace tunedist::python {
+namespace {
+
+void bindModule(py::module& m) {
   m.doc() = "tunedist native module";
   m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
         py::arg("on_nccl_created") = py::none(), py::arg("gloo_factory") = py::none(),
@@ -187,18 +192,20 @@ PYBIND11_MODULE(_C, m) {
           "Nothing to do: ranks outside a new `tuned` group take no part in creating it.");
   m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
   m.def("version", &tunedist::versionString);
-  m.def("simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::activeSimdLevel())); });
-  m.def("best_simd_level", [] { return std::string(tunedist::shm::simdLevelName(tunedist::shm::detectSimdLevel())); });
+  m.def("simd_level",
+        [] { return std::string(tunedist::kernels::simdLevelName(tunedist::kernels::activeSimdLevel())); });
+  m.def("best_simd_level",
+        [] { return std::string(tunedist::kernels::simdLevelName(tunedist::kernels::detectSimdLevel())); });
   // Tests pin a level to compare kernels across levels in one process; throws if the CPU lacks it.
   m.def("force_simd_level", [](const std::string& name) {
-    for (auto level :
-         {tunedist::shm::SimdLevel::kScalar, tunedist::shm::SimdLevel::kAvx2, tunedist::shm::SimdLevel::kAvx512}) {
-      if (name == tunedist::shm::simdLevelName(level)) return tunedist::shm::forceSimdLevel(level);
+    for (auto level : {tunedist::kernels::SimdLevel::kScalar, tunedist::kernels::SimdLevel::kAvx2,
+                       tunedist::kernels::SimdLevel::kAvx512}) {
+      if (name == tunedist::kernels::simdLevelName(level)) return tunedist::kernels::forceSimdLevel(level);
     }
     throw std::invalid_argument("tunedist._C.force_simd_level: unknown SIMD level '" + name +
                                 "' (expected scalar, avx2 or avx512)");
   });
-  m.def("reset_simd_level", &tunedist::shm::resetSimdLevel);
+  m.def("reset_simd_level", &tunedist::kernels::resetSimdLevel);
   m.def("copy_gbps", &copyGbps, py::arg("dst"), py::arg("src"));
   m.def("measure_kernels_us", &measureKernelsUs, py::arg("nbytes"), py::arg("nsrc"), py::arg("reps"));
   m.def(
@@ -241,7 +248,7 @@ PYBIND11_MODULE(_C, m) {
         }
         using tunedist::shm::RoundStoreChooser;
         using tunedist::shm::StorePolicy;
-        d["mode"] = tunedist::shm::slotStoresName(comm->options().slotStores);
+        d["mode"] = tunedist::core::slotStoresName(comm->options().slotStores);
         const auto& copyIn = comm->slotCopyIn();
         py::dict other;
         other["streaming"] = copyIn.streaming();
@@ -280,7 +287,7 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"));
   m.def("nccl_build_info", [] {
-    auto info = tunedist::ncclBuildInfo();
+    auto info = tunedist::cuda::ncclBuildInfo();
     py::dict d;
     d["compiled_in"] = info.compiledIn;
     d["header_version"] = info.headerVersion;
@@ -294,7 +301,7 @@ PYBIND11_MODULE(_C, m) {
         return nccl ? py::cast(nccl) : py::none();
       },
       py::arg("backend"), "The ProcessGroupNCCL behind a `tuned` backend's CUDA calls, or None before the first.");
-  tunedist::bindHooks(m);
+  tunedist::python::bindHooks(m);
   m.def(
       "host_layout",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {
@@ -316,3 +323,8 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("backend"), "Bytes this rank handed to gloo between hosts (all zero on one host).");
 }
+
+}  // namespace
+}  // namespace tunedist::python
+
+PYBIND11_MODULE(_C, m) { tunedist::python::bindModule(m); }

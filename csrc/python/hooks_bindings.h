@@ -3,6 +3,6 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-namespace tunedist {
+namespace tunedist::python {
 void bindHooks(pybind11::module& m);
 }

@@ -8,19 +8,23 @@
 namespace tunedist::shm {
 namespace {
 
-void allreduceOneShot(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
-void allreduceTwoShot(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
+void allreduceOneShot(Rounds& r, const core::OpContext& ctx, const void* in, void* out, size_t count,
+                      const kernels::ReduceArgs& args);
+void allreduceTwoShot(Rounds& r, const core::OpContext& ctx, const void* in, void* out, size_t count,
+                      const kernels::ReduceArgs& args);
 
 }  // namespace
 
-void allreduce(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
-  checkReduceSupported(args.dtype, args.op);
+void allreduce(Rounds& r, const core::OpContext& ctx, const void* in, void* out, size_t count,
+               const kernels::ReduceArgs& args) {
+  kernels::checkReduceSupported(args.dtype, args.op);
   r.run(ctx, makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor),
         [&] { allreduceCopy(r, ctx, in, out, count, args); });
 }
 
-void allreduceCopy(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args) {
-  const size_t bytes = count * dtypeSize(args.dtype);
+void allreduceCopy(Rounds& r, const core::OpContext& ctx, const void* in, void* out, size_t count,
+                   const kernels::ReduceArgs& args) {
+  const size_t bytes = count * core::dtypeSize(args.dtype);
   if (r.size() == 1 || bytes <= r.options().oneShotMaxBytesFor(args.dtype)) {
     allreduceOneShot(r, ctx, in, out, count, args);
   } else {
@@ -36,9 +40,9 @@ namespace {
 //   3. reduce all P terms in rank order 0..P-1 (our own straight from the input) into the output.
 // Every rank does the same arithmetic in the same order, so every rank gets bit-identical results. The slot stores
 // are those the operation's RoundStoreChooser keeps for its size (shm/round_stores.h).
-void allreduceOneShot(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t count,
-                      const ReduceArgs& args) {
-  const size_t bytes = count * dtypeSize(args.dtype);
+void allreduceOneShot(Rounds& r, const core::OpContext& ctx, const void* in, void* out, size_t count,
+                      const kernels::ReduceArgs& args) {
+  const size_t bytes = count * core::dtypeSize(args.dtype);
   auto stores = r.stores(StorePolicy::kOneShotAllreduce, bytes);
   int b = r.beginRound(ctx);
   if (r.size() > 1) {
@@ -50,7 +54,7 @@ void allreduceOneShot(Rounds& r, const OpContext& ctx, const void* in, void* out
   for (int p = 0; p < r.size(); ++p) {
     srcs[p] = p == r.rank() ? in : r.slot(p, b);
   }
-  tunedist::shm::reduce(args, out, srcs.data(), r.size(), count);
+  kernels::reduce(args, out, srcs.data(), r.size(), count);
   stores.done();
   r.releaseBuffer(b);
 }
@@ -65,9 +69,9 @@ void allreduceOneShot(Rounds& r, const OpContext& ctx, const void* in, void* out
 // Memory stays bounded by the slots whatever the tensor size. Each slice is reduced by exactly one rank, in
 // rank order, so results are bit-identical everywhere and identical to the one-shot path. Both copies into our slot,
 // in every chunk, use the stores the operation's RoundStoreChooser keeps for its size.
-void allreduceTwoShot(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t count,
-                      const ReduceArgs& args) {
-  const size_t es = dtypeSize(args.dtype);
+void allreduceTwoShot(Rounds& r, const core::OpContext& ctx, const void* in, void* out, size_t count,
+                      const kernels::ReduceArgs& args) {
+  const size_t es = core::dtypeSize(args.dtype);
   // A slice is at least one cache line: with fewer slot bytes per rank the chunk would be empty and never advance.
   TD_CHECK(r.options().slotBytes / size_t(r.size()) >= kCacheLine, "tunedist: all_reduce (seq ", ctx.seq, ") on rank ",
            r.rank(), ": ", r.size(), " ranks need slots of at least ", size_t(r.size()) * kCacheLine, " bytes, got ",
@@ -97,14 +101,14 @@ void allreduceTwoShot(Rounds& r, const OpContext& ctx, const void* in, void* out
       srcs[p] = p == r.rank() ? static_cast<const void*>(inBytes + (off + mine) * es)
                               : static_cast<const void*>(r.slot(p, b) + size_t(r.rank()) * sc * es);
     }
-    tunedist::shm::reduce(args, outBytes + (off + mine) * es, srcs.data(), r.size(), mineLen);
+    kernels::reduce(args, outBytes + (off + mine) * es, srcs.data(), r.size(), mineLen);
     stores.copyIn(r.slot(r.rank(), b) + size_t(r.rank()) * sc * es, outBytes + (off + mine) * es, mineLen * es);
     // Step 2/2: our reduced slice is in our slot; every peer may copy it out.
     r.waitAll(ctx, r.publish(ctx));
     for (int q = 0; q < r.size(); ++q) {
       if (q != r.rank()) {
-        copyBytesCached(outBytes + (off + sliceBegin(q)) * es, r.slot(q, b) + size_t(q) * sc * es,
-                        (sliceEnd(q) - sliceBegin(q)) * es);
+        kernels::copyBytesCached(outBytes + (off + sliceBegin(q)) * es, r.slot(q, b) + size_t(q) * sc * es,
+                                 (sliceEnd(q) - sliceBegin(q)) * es);
       }
     }
     r.releaseBuffer(b);

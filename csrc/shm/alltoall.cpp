@@ -19,8 +19,8 @@ namespace tunedist::shm {
 //     3. copy part `rank` of each peer's slot into our receive block from that peer.
 // Our own block is copied directly from the send to the receive buffer. Rounds 1..R copy into the slots with the
 // stores the operation's RoundStoreChooser keeps for P x the largest pair, a size every rank knows after round 0.
-void alltoallv(Rounds& r, const OpContext& ctx, const void* const* sends, const size_t* sendBytes, void* const* recvs,
-               const size_t* recvBytes) {
+void alltoallv(Rounds& r, const core::OpContext& ctx, const void* const* sends, const size_t* sendBytes,
+               void* const* recvs, const size_t* recvBytes) {
   // Each rank's part of a slot must hold at least one cache line (and round 0's 2P sizes fit then too).
   TD_CHECK(r.options().slotBytes / size_t(r.size()) >= kCacheLine, "tunedist: all_to_all: ", r.size(),
            " ranks need slots of at least ", size_t(r.size()) * kCacheLine, " bytes, got ", r.options().slotBytes,
@@ -51,8 +51,9 @@ void alltoallv(Rounds& r, const OpContext& ctx, const void* const* sends, const 
     r.releaseBuffer(b);
     if (bad.tellp() > 0) {
       r.segment().fail(ctx,
-                       detail::str("split sizes disagree: ", bad.str(), ". input_split_sizes on each rank must match ",
-                                   "output_split_sizes on its peers."),
+                       core::detail::str("split sizes disagree: ", bad.str(),
+                                         ". input_split_sizes on each rank must match ",
+                                         "output_split_sizes on its peers."),
                        false, false);
     }
     const size_t part = r.slotPartBytes();

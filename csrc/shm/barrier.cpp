@@ -5,7 +5,7 @@
 namespace tunedist::shm {
 
 // barrier: one round with no data; returns once every rank has entered it.
-void barrier(Rounds& r, const OpContext& ctx) {
+void barrier(Rounds& r, const core::OpContext& ctx) {
   r.run(ctx, makeDesc(OpCode::kBarrier, ctx.seq, 0, -1), [&] {
     int b = r.beginRound(ctx);
     r.waitAll(ctx, r.publish(ctx));

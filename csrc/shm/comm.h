@@ -22,12 +22,14 @@
 namespace tunedist::shm {
 
 class Rounds;
+namespace zero_copy {
 class ZeroCopyCollectives;
+}  // namespace zero_copy
 
 class ShmComm {
  public:
   // `heap` (may be null) is this rank's symmetric heap: zeroCopy() runs collectives on buffers in it.
-  ShmComm(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options,
+  ShmComm(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, core::ShmOptions options,
           std::shared_ptr<SymmetricHeap> heap = nullptr);
   ~ShmComm();
   ShmComm(const ShmComm&) = delete;
@@ -35,26 +37,28 @@ class ShmComm {
 
   int rank() const;
   int size() const;
-  const ShmOptions& options() const;
+  const core::ShmOptions& options() const;
   // Bytes this group reserves in /dev/shm at its first collective.
   size_t reservedBytes() const;
   bool attached() const;
 
   // Collectives on raw host memory (shm/algorithms.h says what each takes). Counts are elements of args.dtype, sizes
   // are bytes. Each blocks until done.
-  void allreduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args);
-  void broadcast(const OpContext& ctx, void* buf, size_t bytes, int root);
-  void reduce(const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args, int root);
-  void allgather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs);
-  void gather(const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
-  void scatter(const OpContext& ctx, const void* const* ins, void* out, size_t bytes, int root);
-  void reduceScatter(const OpContext& ctx, const void* const* ins, void* out, size_t count, const ReduceArgs& args);
-  void alltoallv(const OpContext& ctx, const void* const* sends, const size_t* sendBytes, void* const* recvs,
+  void allreduce(const core::OpContext& ctx, const void* in, void* out, size_t count, const kernels::ReduceArgs& args);
+  void broadcast(const core::OpContext& ctx, void* buf, size_t bytes, int root);
+  void reduce(const core::OpContext& ctx, const void* in, void* out, size_t count, const kernels::ReduceArgs& args,
+              int root);
+  void allgather(const core::OpContext& ctx, const void* in, size_t bytes, void* const* outs);
+  void gather(const core::OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root);
+  void scatter(const core::OpContext& ctx, const void* const* ins, void* out, size_t bytes, int root);
+  void reduceScatter(const core::OpContext& ctx, const void* const* ins, void* out, size_t count,
+                     const kernels::ReduceArgs& args);
+  void alltoallv(const core::OpContext& ctx, const void* const* sends, const size_t* sendBytes, void* const* recvs,
                  const size_t* recvBytes);
-  void barrier(const OpContext& ctx);
+  void barrier(const core::OpContext& ctx);
 
   // The zero-copy collectives on this rank's symmetric heap; null without a heap.
-  ZeroCopyCollectives* zeroCopy() const { return zeroCopy_.get(); }
+  zero_copy::ZeroCopyCollectives* zeroCopy() const { return zeroCopy_.get(); }
 
   // Each collective family's RoundStoreChooser (shm/store_policy.h), for statistics and tests.
   const RoundStoreChooser& roundStoreChooser(StorePolicy::Family family) const;
@@ -65,7 +69,7 @@ class ShmComm {
 
   // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
   // failure wins; later calls only share it again. Idempotent.
-  void abort(const std::string& reason, FailureKind kind = FailureKind::kError);
+  void abort(const std::string& reason, core::FailureKind kind = core::FailureKind::kError);
   // Throws the stored failure if the group has failed (locally or through a peer's abort).
   void throwIfFailed();
   bool failed() const;
@@ -73,7 +77,7 @@ class ShmComm {
  private:
   // Declared first: the zero-copy collectives run on it and are destroyed before it.
   std::unique_ptr<Rounds> rounds_;
-  std::unique_ptr<ZeroCopyCollectives> zeroCopy_;
+  std::unique_ptr<zero_copy::ZeroCopyCollectives> zeroCopy_;
 };
 
 }  // namespace tunedist::shm

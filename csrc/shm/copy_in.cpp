@@ -54,42 +54,46 @@ void SlotStoreChooser::record(double nsPerLine) {
 }
 
 void SlotCopyIn::copyStreamingUnlessForced(void* dst, const void* src, size_t bytes) {
-  if (mode_ == SlotStores::kCached) {
-    copyBytesCached(dst, src, bytes);
+  if (mode_ == core::SlotStores::kCached) {
+    kernels::copyBytesCached(dst, src, bytes);
   } else {
-    copyBytes(dst, src, bytes);
+    kernels::copyBytes(dst, src, bytes);
   }
 }
 
 SlotStoreChooser::Next SlotCopyIn::plan(size_t bytes) {
   switch (mode_) {
-    case SlotStores::kCached: return SlotStoreChooser::Next::kCachedUntimed;
-    case SlotStores::kStreaming: return SlotStoreChooser::Next::kStreaming;
-    case SlotStores::kAuto:
-    case SlotStores::kAutoPerCopy: break;
+    case core::SlotStores::kCached: return SlotStoreChooser::Next::kCachedUntimed;
+    case core::SlotStores::kStreaming: return SlotStoreChooser::Next::kStreaming;
+    case core::SlotStores::kAuto:
+    case core::SlotStores::kAutoPerCopy: break;
   }
   return chooser_.next(bytes);
 }
 
 void SlotCopyIn::copy(void* dst, const void* src, size_t bytes) {
   switch (plan(bytes)) {
-    case SlotStoreChooser::Next::kCachedUntimed: copyBytesCached(dst, src, bytes); return;
-    case SlotStoreChooser::Next::kStreaming: copyBytes(dst, src, bytes); return;
+    case SlotStoreChooser::Next::kCachedUntimed: kernels::copyBytesCached(dst, src, bytes); return;
+    case SlotStoreChooser::Next::kStreaming: kernels::copyBytes(dst, src, bytes); return;
     case SlotStoreChooser::Next::kCachedTimed: timedCachedCopy(dst, src, bytes); return;
   }
 }
 
 void SlotCopyIn::timedCachedCopy(void* dst, const void* src, size_t bytes) {
   const auto t0 = std::chrono::steady_clock::now();
-  copyBytesCached(dst, src, bytes);
+  kernels::copyBytesCached(dst, src, bytes);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
   chooser_.record(double(ns.count()) / double((bytes + 63) / 64));
 }
 
 bool SlotCopyIn::copyTwice(void* dst, void* own, const void* src, size_t bytes, bool streamOwn) {
   switch (plan(bytes)) {
-    case SlotStoreChooser::Next::kCachedUntimed: copyBytesTwice(dst, own, src, bytes, false, streamOwn); return true;
-    case SlotStoreChooser::Next::kStreaming: copyBytesTwice(dst, own, src, bytes, true, streamOwn); return true;
+    case SlotStoreChooser::Next::kCachedUntimed:
+      kernels::copyBytesTwice(dst, own, src, bytes, false, streamOwn);
+      return true;
+    case SlotStoreChooser::Next::kStreaming:
+      kernels::copyBytesTwice(dst, own, src, bytes, true, streamOwn);
+      return true;
     case SlotStoreChooser::Next::kCachedTimed: timedCachedCopy(dst, src, bytes); return false;
   }
   return false;

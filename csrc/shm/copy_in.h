@@ -79,7 +79,7 @@ class SlotStoreChooser {
 
 class SlotCopyIn {
  public:
-  explicit SlotCopyIn(SlotStores mode) : mode_(mode) {}
+  explicit SlotCopyIn(core::SlotStores mode) : mode_(mode) {}
 
   // Copies `bytes` from `src` into our slot at `dst`; streaming copies end with an sfence, so the caller's release
   // store (publish) orders them.
@@ -91,14 +91,14 @@ class SlotCopyIn {
   // publishing, as without this call. No range may overlap another.
   bool copyTwice(void* dst, void* own, const void* src, size_t bytes, bool streamOwn);
   // The same copy with streaming stores under kAuto, neither timed nor counted by the chooser: for a slot that only
-  // the peers read, where the caller knows streaming is the faster (ShmOptions::broadcastStreamBelowBytes).
+  // the peers read, where the caller knows streaming is the faster (core::ShmOptions::broadcastStreamBelowBytes).
   // kCached and kStreaming stay forced.
   void copyStreamingUnlessForced(void* dst, const void* src, size_t bytes);
 
   // Whether copies of at least SlotStoreChooser::kTimedMinBytes currently stream.
   bool streaming() const {
-    return mode_ == SlotStores::kStreaming ||
-           ((mode_ == SlotStores::kAuto || mode_ == SlotStores::kAutoPerCopy) && chooser_.streaming());
+    return mode_ == core::SlotStores::kStreaming ||
+           ((mode_ == core::SlotStores::kAuto || mode_ == core::SlotStores::kAutoPerCopy) && chooser_.streaming());
   }
   const SlotStoreChooser& chooser() const { return chooser_; }
 
@@ -109,7 +109,7 @@ class SlotCopyIn {
   // A cached copy timed for the chooser (kCachedTimed).
   void timedCachedCopy(void* dst, const void* src, size_t bytes);
 
-  const SlotStores mode_;
+  const core::SlotStores mode_;
   SlotStoreChooser chooser_;
 };
 

@@ -20,7 +20,8 @@ const char* opCodeName(OpCode op) {
   return "unknown-op";
 }
 
-OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, DType dtype, RedOp redop, double factor) {
+OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, core::DType dtype, core::RedOp redop,
+                double factor) {
   OpDesc d{};
   d.opcode = uint32_t(op);
   d.seq = seq;
@@ -47,8 +48,8 @@ std::string describeDesc(const OpDesc& d) {
     case OpCode::kReduceScatter: {
       double f = 0;
       std::memcpy(&f, &d.factorBits, sizeof(f));
-      os << ", " << dtypeName(DType(d.dtype)) << ", " << redOpName(RedOp(d.redop));
-      if (RedOp(d.redop) == RedOp::kPremulSum) {
+      os << ", " << core::dtypeName(core::DType(d.dtype)) << ", " << core::redOpName(core::RedOp(d.redop));
+      if (core::RedOp(d.redop) == core::RedOp::kPremulSum) {
         os << "(" << f << ")";
       }
       break;

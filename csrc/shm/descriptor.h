@@ -23,8 +23,8 @@ enum class OpCode : uint32_t {
 };
 const char* opCodeName(OpCode op);
 
-OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, DType dtype = DType::kUInt8,
-                RedOp redop = RedOp::kSum, double factor = 0.0);
+OpDesc makeDesc(OpCode op, uint64_t seq, uint64_t count, int root, core::DType dtype = core::DType::kUInt8,
+                core::RedOp redop = core::RedOp::kSum, double factor = 0.0);
 
 // Whether two ranks called the same operation (everything but the zero-copy marks and the probe request).
 bool sameDesc(const OpDesc& a, const OpDesc& b);

@@ -9,13 +9,13 @@
 
 namespace tunedist::shm {
 
-void gather(Rounds& r, const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
+void gather(Rounds& r, const core::OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
   TD_CHECK(root >= 0 && root < r.size(), "tunedist: gather (seq ", ctx.seq, ") on rank ", r.rank(), ": root ", root,
            " is outside the group of ", r.size());
   r.run(ctx, makeDesc(OpCode::kGather, ctx.seq, bytes, root), [&] { gatherBody(r, ctx, in, bytes, outs, root); });
 }
 
-void gatherBody(Rounds& r, const OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
+void gatherBody(Rounds& r, const core::OpContext& ctx, const void* in, size_t bytes, void* const* outs, int root) {
   const bool all = root < 0;
   const bool receive = all || r.rank() == root;
   const char* src = static_cast<const char*>(in);
@@ -23,7 +23,7 @@ void gatherBody(Rounds& r, const OpContext& ctx, const void* in, size_t bytes, v
   // Our own block is copied while the peers catch up (between publishing and waiting), unless the input overlaps
   // it without being it: then a chunk's copy could overwrite input that a later chunk still has to read, so the
   // block goes last, in one memmove.
-  const bool ownEarly = receive && (own == src || !rangesOverlap(own, src, bytes));
+  const bool ownEarly = receive && (own == src || !kernels::rangesOverlap(own, src, bytes));
   // A rank that writes its slot and copies its own block reads its input once for both
   // (StorePolicy::Scope::copyInAndOwn), before publishing: when ranks are in step, the pass costs less than the two
   // copies it replaces (shm/copy_in.h).

@@ -14,21 +14,22 @@
 namespace tunedist::shm {
 namespace {
 
-constexpr const char* kSegmentKey = keys::kShmSegment;
+constexpr const char* kSegmentKey = core::keys::kShmSegment;
 // Where a rank that fails before the segment exists (no room in /dev/shm, a bad tensor in the first collective)
 // leaves its reason, so peers still attaching fail with it instead of waiting for the timeout.
-constexpr const char* kAbortKey = keys::kShmAbort;
+constexpr const char* kAbortKey = core::keys::kShmAbort;
 constexpr auto kAttachPoll = std::chrono::milliseconds(10);
 constexpr std::chrono::milliseconds kPeerCheckInterval{10};
 
-std::chrono::milliseconds remaining(const OpContext& ctx) {
+std::chrono::milliseconds remaining(const core::OpContext& ctx) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());
   return left.count() > 0 ? left : std::chrono::milliseconds(0);
 }
 
 }  // namespace
 
-GroupSegment::GroupSegment(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
+GroupSegment::GroupSegment(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size,
+                           const core::ShmOptions& options)
     : rendezvous_(std::move(rendezvous)),
       rank_(rank),
       size_(size),
@@ -50,7 +51,7 @@ GroupSegment::~GroupSegment() {
   }
 }
 
-void GroupSegment::attach(const OpContext& ctx) {
+void GroupSegment::attach(const core::OpContext& ctx) {
   if (header_ != nullptr) {
     return;
   }
@@ -67,7 +68,7 @@ void GroupSegment::attach(const OpContext& ctx) {
   lastPeerCheck_ = std::chrono::steady_clock::now();
 }
 
-void GroupSegment::createSegment(const OpContext& ctx) {
+void GroupSegment::createSegment(const core::OpContext& ctx) {
   segment_ = ShmSegment::create("g", geometry_.totalBytes, options_.shmDir, options_.sweepMinAge);
   auto* base = static_cast<char*>(segment_.data());
   header_ = new (base) SegmentHeader();
@@ -81,7 +82,7 @@ void GroupSegment::createSegment(const OpContext& ctx) {
   for (int p = 0; p < size_; ++p) {
     new (&ctls_[p]) RankCtl();
   }
-  ProcessIdentity me = ProcessIdentity::self();
+  core::ProcessIdentity me = core::ProcessIdentity::self();
   ctl(rank_).pid = me.pid;
   ctl(rank_).pidNamespace = me.pidNamespace;
   ctl(rank_).startTime = me.startTime;
@@ -93,14 +94,15 @@ void GroupSegment::createSegment(const OpContext& ctx) {
   rendezvous_->set(kSegmentKey, segment_.name());
 }
 
-void GroupSegment::openSegment(const OpContext& ctx) {
+void GroupSegment::openSegment(const core::OpContext& ctx) {
   for (;;) {
     checkAttachAbort(ctx);
     if (!rendezvous_->check(kSegmentKey)) {
       if (std::chrono::steady_clock::now() >= ctx.deadline) {
-        throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
-                                       ": Timed out waiting for rank 0 to create the group's shared memory; ",
-                                       "check that rank 0 is alive and calls this collective too."));
+        throw core::TimeoutError(
+            core::detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
+                              ": Timed out waiting for rank 0 to create the group's shared memory; ",
+                              "check that rank 0 is alive and calls this collective too."));
       }
       std::this_thread::sleep_for(kAttachPoll);
       continue;
@@ -133,7 +135,7 @@ void GroupSegment::openSegment(const OpContext& ctx) {
            header_->worldSize, " ranks with ", header_->slotBytes,
            "-byte slots: set TUNEDIST_SLOT_BYTES identically on every rank");
   ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
-  ProcessIdentity me = ProcessIdentity::self();
+  core::ProcessIdentity me = core::ProcessIdentity::self();
   ctl(rank_).pid = me.pid;
   ctl(rank_).pidNamespace = me.pidNamespace;
   ctl(rank_).startTime = me.startTime;
@@ -144,21 +146,21 @@ void GroupSegment::openSegment(const OpContext& ctx) {
   abortHeader_.store(header_, std::memory_order_release);
 }
 
-void GroupSegment::checkAttachAbort(const OpContext& ctx) {
+void GroupSegment::checkAttachAbort(const core::OpContext& ctx) {
   if (rendezvous_->check(kAbortKey)) {
     // The value is "<kind digit>|<reason>" (abort() below).
     std::string value = rendezvous_->get(kAbortKey, std::chrono::milliseconds(1000));
-    FailureKind kind = FailureKind::kError;
+    core::FailureKind kind = core::FailureKind::kError;
     if (value.size() >= 2 && value[1] == '|' && value[0] >= '0' && value[0] <= '2') {
-      kind = static_cast<FailureKind>(value[0] - '0');
+      kind = static_cast<core::FailureKind>(value[0] - '0');
       value = value.substr(2);
     }
-    fail(ctx, detail::str("a peer failed before the group's shared memory was ready: ", value),
-         kind == FailureKind::kTimeout, kind == FailureKind::kPeerDead);
+    fail(ctx, core::detail::str("a peer failed before the group's shared memory was ready: ", value),
+         kind == core::FailureKind::kTimeout, kind == core::FailureKind::kPeerDead);
   }
 }
 
-void GroupSegment::waitAllAttached(const OpContext& ctx) {
+void GroupSegment::waitAllAttached(const core::OpContext& ctx) {
   auto lastStoreCheck = std::chrono::steady_clock::now();
   while (header_->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
     if (std::chrono::steady_clock::now() - lastStoreCheck >= kAttachPoll) {
@@ -177,9 +179,10 @@ void GroupSegment::waitAllAttached(const OpContext& ctx) {
           missing << (missing.tellp() > 0 ? ", " : "") << p;
         }
       }
-      throw TimeoutError(detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
-                                     ": Timed out attaching the group's shared memory; ranks [", missing.str(),
-                                     "] never attached. Check they are alive and call this collective too."));
+      throw core::TimeoutError(
+          core::detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_, " of ", size_,
+                            ": Timed out attaching the group's shared memory; ranks [", missing.str(),
+                            "] never attached. Check they are alive and call this collective too."));
     }
     usleep(200);
   }
@@ -188,20 +191,20 @@ void GroupSegment::waitAllAttached(const OpContext& ctx) {
 // Steps 1 of the life lock (sync.h): initialised here, held by the heartbeat thread, which lives as long as this
 // communicator; returns once it is held, so the caller may let peers count this rank in.
 void GroupSegment::startHeartbeat() {
-  LifeLock* life = &ctl(rank_).life;
-  initLifeLock(life);
+  core::LifeLock* life = &ctl(rank_).life;
+  core::initLifeLock(life);
   std::promise<void> held;
   std::future<void> isHeld = held.get_future();
   heartbeat_ = std::thread([this, life, held = std::move(held)]() mutable {
     try {
-      holdLifeLock(life);
+      core::holdLifeLock(life);
     } catch (...) {
       held.set_exception(std::current_exception());
       return;
     }
     held.set_value();
     heartbeatLoop();
-    releaseLifeLock(life);  // step 3: leaving the group
+    core::releaseLifeLock(life);  // step 3: leaving the group
   });
   try {
     isHeld.get();
@@ -220,7 +223,7 @@ void GroupSegment::heartbeatLoop() {
   }
 }
 
-void GroupSegment::abort(const std::string& reason, FailureKind kind) {
+void GroupSegment::abort(const std::string& reason, core::FailureKind kind) {
   std::string first;
   {
     std::lock_guard<std::mutex> lock(failMutex_);
@@ -237,7 +240,7 @@ void GroupSegment::abort(const std::string& reason, FailureKind kind) {
   if (header == nullptr || header->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
     // Peers may still be attaching (or waiting for a segment that will never exist): tell them through the store.
     try {
-      rendezvous_->set(kAbortKey, detail::str(static_cast<int>(kind), "|rank ", rank_, ": ", first));
+      rendezvous_->set(kAbortKey, core::detail::str(static_cast<int>(kind), "|rank ", rank_, ": ", first));
     } catch (const std::exception&) {
       // The store is gone (its host process exited); peers then fail on the store themselves.
     }
@@ -259,7 +262,7 @@ void GroupSegment::abort(const std::string& reason, FailureKind kind) {
     header->abortFlag.store(kAbortSet, std::memory_order_release);
   }
   header->bell.fetch_add(1);
-  futexWakeAll(&header->bell);
+  core::futexWakeAll(&header->bell);
 }
 
 void GroupSegment::throwIfFailed() {
@@ -267,27 +270,30 @@ void GroupSegment::throwIfFailed() {
     return;
   }
   std::lock_guard<std::mutex> lock(failMutex_);
-  throwFailure(failureKind_, detail::str("tunedist: rank ", rank_,
-                                         ": the process group is unusable after an earlier failure: ", failure_,
-                                         " Destroy the group (dist.destroy_process_group) and create a new one, or let "
-                                         "torchrun --max-restarts restart the job."));
+  core::throwFailure(failureKind_,
+                     core::detail::str("tunedist: rank ", rank_,
+                                       ": the process group is unusable after an earlier failure: ", failure_,
+                                       " Destroy the group (dist.destroy_process_group) and create a new one, or let "
+                                       "torchrun --max-restarts restart the job."));
 }
 
-void GroupSegment::failFromPeerAbort(const OpContext& ctx) {
-  const auto kind = static_cast<FailureKind>(header_->abortKind);
-  fail(ctx, detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason),
-       kind == FailureKind::kTimeout, kind == FailureKind::kPeerDead);
+void GroupSegment::failFromPeerAbort(const core::OpContext& ctx) {
+  const auto kind = static_cast<core::FailureKind>(header_->abortKind);
+  fail(ctx, core::detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason),
+       kind == core::FailureKind::kTimeout, kind == core::FailureKind::kPeerDead);
 }
 
-void GroupSegment::fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead) {
-  std::string full = detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", rank_, " of ", size_,
-                                 ": ", message);
-  const FailureKind kind = isTimeout ? FailureKind::kTimeout : (isDead ? FailureKind::kPeerDead : FailureKind::kError);
+void GroupSegment::fail(const core::OpContext& ctx, const std::string& message, bool isTimeout, bool isDead) {
+  std::string full = core::detail::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") failed on rank ", rank_, " of ",
+                                       size_, ": ", message);
+  const core::FailureKind kind = isTimeout ? core::FailureKind::kTimeout
+                                           : (isDead ? core::FailureKind::kPeerDead : core::FailureKind::kError);
   abort(full, kind);
-  throwFailure(kind, full);
+  core::throwFailure(kind, full);
 }
 
-void GroupSegment::checkPeers(const OpContext& ctx, uint64_t step, int stepInOp, const std::vector<int>& waitingFor) {
+void GroupSegment::checkPeers(const core::OpContext& ctx, uint64_t step, int stepInOp,
+                              const std::vector<int>& waitingFor) {
   if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
     // A peer may have failed in a later operation after the ranks we wait for published (we read their steps
     // before the flag): this operation can still complete, and the next wait for that peer fails.
@@ -305,9 +311,9 @@ void GroupSegment::checkPeers(const OpContext& ctx, uint64_t step, int stepInOp,
       ranks << (i ? ", " : "") << waitingFor[i];
     }
     fail(ctx,
-         detail::str("Timed out at step ", stepInOp, " of the operation waiting for ranks [", ranks.str(),
-                     "], which are alive but have not reached it. Check that every rank calls the same ",
-                     "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
+         core::detail::str("Timed out at step ", stepInOp, " of the operation waiting for ranks [", ranks.str(),
+                           "], which are alive but have not reached it. Check that every rank calls the same ",
+                           "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
          true, false);
   }
   if (now - lastPeerCheck_ < kPeerCheckInterval) {
@@ -323,20 +329,21 @@ void GroupSegment::checkPeers(const OpContext& ctx, uint64_t step, int stepInOp,
     }
     // The life lock knows exactly (a stopped or frozen process still holds it); the heartbeat counts only where the
     // lock cannot tell, as a last resort.
-    const Liveness life = probeLifeLock(&ctl(p).life);
-    ProcessIdentity who{c.pid, c.pidNamespace, c.startTime};
-    const bool exited = life == Liveness::kGone || processCertainlyGone(who);
+    const core::Liveness life = core::probeLifeLock(&ctl(p).life);
+    core::ProcessIdentity who{c.pid, c.pidNamespace, c.startTime};
+    const bool exited = life == core::Liveness::kGone || core::processCertainlyGone(who);
     auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
     // Read after the probe: a peer that published this step and then left the group (its lock free) is not dead
     // to this wait; the probe's acquire of its released lock makes that publish visible here.
-    if (!reached(p, step) && (exited || (life == Liveness::kUnknown && silent > options_.deadAfter))) {
+    if (!reached(p, step) && (exited || (life == core::Liveness::kUnknown && silent > options_.deadAfter))) {
       // A pid means something only in its own namespace: say so when the peer's is not ours.
       const bool samePidNs = c.pidNamespace == ctl(rank_).pidNamespace;
       fail(ctx,
-           detail::str("rank ", p, " (pid ", c.pid, samePidNs ? "" : " in another pid namespace", ") is dead: ",
-                       exited ? "its process has exited or left the group"
-                              : detail::str("its heartbeat stopped ", silent.count(), " ms ago"),
-                       ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
+           core::detail::str(
+               "rank ", p, " (pid ", c.pid, samePidNs ? "" : " in another pid namespace", ") is dead: ",
+               exited ? "its process has exited or left the group"
+                      : core::detail::str("its heartbeat stopped ", silent.count(), " ms ago"),
+               ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
            false, true);
     }
   }

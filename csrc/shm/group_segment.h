@@ -37,7 +37,7 @@ class GroupListener {
 
 class GroupSegment {
  public:
-  GroupSegment(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options);
+  GroupSegment(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, const core::ShmOptions& options);
   // Stops the heartbeat thread (this rank leaves the group).
   ~GroupSegment();
   GroupSegment(const GroupSegment&) = delete;
@@ -45,11 +45,11 @@ class GroupSegment {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const ShmOptions& options() const { return options_; }
+  const core::ShmOptions& options() const { return options_; }
   size_t reservedBytes() const { return geometry_.totalBytes; }
   bool attached() const { return header_ != nullptr; }
   // Creates or opens the segment at the group's first operation; a no-op afterwards.
-  void attach(const OpContext& ctx);
+  void attach(const core::OpContext& ctx);
 
   SegmentHeader& header() const { return *header_; }
   RankCtl& ctl(int rank) const { return ctls_[rank]; }
@@ -68,33 +68,33 @@ class GroupSegment {
 
   // While waiting for `waitingFor` to publish `step` (the operation's `stepInOp`-th): fails on a peer's abort, on
   // the deadline, or on a dead peer (checked every 10 ms).
-  void checkPeers(const OpContext& ctx, uint64_t step, int stepInOp, const std::vector<int>& waitingFor);
+  void checkPeers(const core::OpContext& ctx, uint64_t step, int stepInOp, const std::vector<int>& waitingFor);
 
   // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
   // failure wins; later calls only share it again. Idempotent; any thread.
-  void abort(const std::string& reason, FailureKind kind = FailureKind::kError);
+  void abort(const std::string& reason, core::FailureKind kind = core::FailureKind::kError);
   // Throws the stored failure if the group has failed (locally or through a peer's abort).
   void throwIfFailed();
   bool failed() const { return failed_.load(std::memory_order_acquire); }
-  [[noreturn]] void fail(const OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
+  [[noreturn]] void fail(const core::OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
   // Fails this op with a peer's abort found in the segment, keeping the kind the peer gave it.
-  [[noreturn]] void failFromPeerAbort(const OpContext& ctx);
+  [[noreturn]] void failFromPeerAbort(const core::OpContext& ctx);
 
  private:
-  void createSegment(const OpContext& ctx);
-  void openSegment(const OpContext& ctx);
-  void waitAllAttached(const OpContext& ctx);
+  void createSegment(const core::OpContext& ctx);
+  void openSegment(const core::OpContext& ctx);
+  void waitAllAttached(const core::OpContext& ctx);
   // Fails if a peer left an abort reason in the rendezvous before the segment was ready.
-  void checkAttachAbort(const OpContext& ctx);
+  void checkAttachAbort(const core::OpContext& ctx);
   void startHeartbeat();
   void heartbeatLoop();
   // Whether `rank` has published `step` (acquire: its writes for that step are visible once this is true).
   bool reached(int rank, uint64_t step) const { return ctl(rank).step.load(std::memory_order_acquire) >= step; }
 
-  std::shared_ptr<Rendezvous> rendezvous_;
+  std::shared_ptr<core::Rendezvous> rendezvous_;
   const int rank_;
   const int size_;
-  const ShmOptions options_;
+  const core::ShmOptions options_;
   const SegmentGeometry geometry_;
   GroupListener* listener_ = nullptr;
 
@@ -112,7 +112,7 @@ class GroupSegment {
   std::atomic<bool> failed_{false};
   std::mutex failMutex_;
   std::string failure_;
-  FailureKind failureKind_ = FailureKind::kError;
+  core::FailureKind failureKind_ = core::FailureKind::kError;
 
   std::atomic<bool> stopHeartbeat_{false};
   std::mutex heartbeatMutex_;

@@ -34,15 +34,15 @@ struct HeapOptions {
   static constexpr const char* kChunkTag = "heap";
 
   // Smallest chunk the heap creates (TUNEDIST_SYMMETRIC_CHUNK_BYTES); a larger request gets a chunk of its own size.
-  size_t chunkBytes = ShmOptions::kDefaultSymmetricChunkBytes;
+  size_t chunkBytes = core::ShmOptions::kDefaultSymmetricChunkBytes;
   // Bound on all chunks of one rank's heap (TUNEDIST_SYMMETRIC_HEAP_BYTES).
-  size_t maxBytes = ShmOptions::kDefaultSymmetricHeapBytes;
+  size_t maxBytes = core::ShmOptions::kDefaultSymmetricHeapBytes;
   const char* shmDir = "/dev/shm";
 
-  static HeapOptions from(const ShmOptions& o) {
+  static HeapOptions from(const core::ShmOptions& o) {
     return HeapOptions{o.symmetricChunkBytes, o.symmetricHeapBytes, o.shmDir};
   }
-  // Throws tunedist::Error naming the variable when a value is out of range.
+  // Throws tunedist::core::Error naming the variable when a value is out of range.
   void validate() const;
 };
 
@@ -72,7 +72,8 @@ class SymmetricHeap {
   SymmetricHeap(const SymmetricHeap&) = delete;
   SymmetricHeap& operator=(const SymmetricHeap&) = delete;
 
-  // `bytes` (> 0) aligned to kAlignment; throws tunedist::Error naming the fix when the bound or /dev/shm is full.
+  // `bytes` (> 0) aligned to kAlignment; throws tunedist::core::Error naming the fix when the bound or /dev/shm is
+  // full.
   void* allocate(size_t bytes);
   // Returns a block from allocate() to its chunk. Never throws.
   void free(void* ptr) noexcept;

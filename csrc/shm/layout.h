@@ -40,8 +40,8 @@ struct OpDesc {
   uint32_t symChunk;     // index of that chunk in this rank's HeapTable (symmetric only)
   uint32_t opcode;       // tunedist::shm::OpCode
   int32_t root;          // root rank, or -1
-  uint8_t dtype;         // tunedist::shm::DType
-  uint8_t redop;         // tunedist::shm::RedOp
+  uint8_t dtype;         // tunedist::core::DType
+  uint8_t redop;         // tunedist::core::RedOp
   uint8_t valid;         // 1 once written for this operation
   uint8_t symmetric;     // 1: this rank runs the zero-copy algorithm on the buffer at (symChunk, symOffset)
   uint8_t probeRequest;  // 1: this rank asks for a probe window of the operation's stores (shm/round_stores.h)
@@ -105,7 +105,7 @@ struct alignas(kCacheLine) RankCtl {
   uint64_t startTime;     // process start time (/proc/self/stat field 22), guards against pid reuse
   // Cache line 2: held by this rank's heartbeat thread while the rank is in the group (sync.h LifeLock), so peers
   // know of its death exactly; the heartbeat is only a last resort where the lock cannot tell.
-  alignas(kCacheLine) LifeLock life;
+  alignas(kCacheLine) core::LifeLock life;
   // Cache lines 3+: the operation descriptor, one per buffer so a rank that runs ahead never overwrites one a
   // slower peer is still comparing.
   alignas(kCacheLine) OpDesc desc[kNumBuffers];
@@ -114,7 +114,7 @@ struct alignas(kCacheLine) RankCtl {
 };
 static_assert(sizeof(RankCtl) % kCacheLine == 0, "RankCtl must not share cache lines");
 static_assert(offsetof(RankCtl, heartbeat) == kCacheLine, "heartbeat must sit on its own cache line");
-static_assert(sizeof(LifeLock) <= kCacheLine, "the life lock must fit one cache line");
+static_assert(sizeof(core::LifeLock) <= kCacheLine, "the life lock must fit one cache line");
 static_assert(offsetof(RankCtl, verdicts) == 5 * kCacheLine, "the verdicts must start their own cache line");
 static_assert(sizeof(RankCtl) == 19 * kCacheLine, "RankCtl layout changed: bump kProtocolVersion, update doctor");
 

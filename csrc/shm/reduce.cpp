@@ -13,13 +13,13 @@ namespace tunedist::shm {
 //   2. publish; wait for all;
 //   3. the root reduces all terms in rank order (its own straight from its input) into its output.
 // Every round's copies into the slots use the stores the operation's RoundStoreChooser keeps for its size.
-void reduce(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t count, const ReduceArgs& args,
-            int root) {
+void reduce(Rounds& r, const core::OpContext& ctx, const void* in, void* out, size_t count,
+            const kernels::ReduceArgs& args, int root) {
   TD_CHECK(root >= 0 && root < r.size(), "tunedist: reduce (seq ", ctx.seq, ") on rank ", r.rank(), ": root ", root,
            " is outside the group of ", r.size());
-  checkReduceSupported(args.dtype, args.op);
+  kernels::checkReduceSupported(args.dtype, args.op);
   r.run(ctx, makeDesc(OpCode::kReduce, ctx.seq, count, root, args.dtype, args.op, args.factor), [&] {
-    const size_t es = dtypeSize(args.dtype);
+    const size_t es = core::dtypeSize(args.dtype);
     const size_t chunk = r.options().slotBytes / es;
     const char* inBytes = static_cast<const char*>(in);
     std::vector<const void*> srcs(static_cast<size_t>(r.size()));
@@ -36,7 +36,7 @@ void reduce(Rounds& r, const OpContext& ctx, const void* in, void* out, size_t c
         for (int p = 0; p < r.size(); ++p) {
           srcs[size_t(p)] = p == root ? static_cast<const void*>(inBytes + off * es) : r.slot(p, b);
         }
-        tunedist::shm::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), r.size(), n);
+        kernels::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), r.size(), n);
       }
       r.releaseBuffer(b);
       if (count == 0) {

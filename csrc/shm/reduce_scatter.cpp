@@ -13,16 +13,16 @@ namespace tunedist::shm {
 //   2. publish; wait for all;
 //   3. reduce our block over all ranks, in rank order, into the output.
 // The output may be our own input block (in place); each element is read before it is written.
-void reduceScatter(Rounds& r, const OpContext& ctx, const void* const* ins, void* out, size_t count,
-                   const ReduceArgs& args) {
-  checkReduceSupported(args.dtype, args.op);
+void reduceScatter(Rounds& r, const core::OpContext& ctx, const void* const* ins, void* out, size_t count,
+                   const kernels::ReduceArgs& args) {
+  kernels::checkReduceSupported(args.dtype, args.op);
   r.run(ctx, makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor),
         [&] { reduceScatterBody(r, ctx, ins, out, count, args); });
 }
 
-void reduceScatterBody(Rounds& r, const OpContext& ctx, const void* const* ins, void* out, size_t count,
-                       const ReduceArgs& args) {
-  const size_t es = dtypeSize(args.dtype);
+void reduceScatterBody(Rounds& r, const core::OpContext& ctx, const void* const* ins, void* out, size_t count,
+                       const kernels::ReduceArgs& args) {
+  const size_t es = core::dtypeSize(args.dtype);
   const size_t partBytes = r.slotPartBytes();
   const size_t part = partBytes / es;
   TD_CHECK(part > 0, "tunedist: reduce_scatter: slot too small for ", r.size(), " ranks");
@@ -43,7 +43,7 @@ void reduceScatterBody(Rounds& r, const OpContext& ctx, const void* const* ins, 
       srcs[size_t(p)] = p == r.rank() ? static_cast<const void*>(static_cast<const char*>(ins[p]) + off * es)
                                       : static_cast<const void*>(r.slot(p, b) + size_t(r.rank()) * partBytes);
     }
-    tunedist::shm::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), r.size(), n);
+    kernels::reduce(args, static_cast<char*>(out) + off * es, srcs.data(), r.size(), n);
     r.releaseBuffer(b);
     if (count == 0) {
       break;

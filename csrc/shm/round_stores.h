@@ -7,7 +7,7 @@
 //
 // SlotStoreChooser (copy_in.h) times only the copy into our slot. What streaming stores also change is how the peers
 // read those bytes: from memory instead of out of our cache. In a broadcast that alone decided
-// (ShmOptions::broadcastStreamBelowBytes), and for the single-round operations the writer's copy was the wrong
+// (core::ShmOptions::broadcastStreamBelowBytes), and for the single-round operations the writer's copy was the wrong
 // measure too: on 2 ranks of a 2-vCPU AMD EPYC (Zen 4), streaming took 0.72-0.93 of the per-copy chooser's time for a
 // one-shot all_reduce of 32-128 KiB in one sitting, 0.80-0.86 for reduce_scatter of 64-256 KiB in another, while in
 // a third cached stores were as fast or 1.5x faster (docs/performance.md#store-placement-cached-or-streaming).

@@ -21,7 +21,7 @@ constexpr int kYieldRounds = 16;
 
 StallPoint StallPoint::fromEnv() {
   StallPoint s;
-  if (auto v = envString("TUNEDIST_TEST_STALL")) {
+  if (auto v = core::envString("TUNEDIST_TEST_STALL")) {
     unsigned long long seq = 0;
     int n = std::sscanf(v->c_str(), "%d:%llu:%d:%d", &s.rank, &seq, &s.step, &s.stallMs);
     TD_CHECK(n == 4, "tunedist: TUNEDIST_TEST_STALL='", *v, "' must be rank:seq:step:milliseconds");
@@ -30,7 +30,7 @@ StallPoint StallPoint::fromEnv() {
   return s;
 }
 
-Rounds::Rounds(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
+Rounds::Rounds(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, const core::ShmOptions& options)
     : segment_(std::move(rendezvous), rank, size, options),
       policy_(segment_.options()),
       stall_(StallPoint::fromEnv()) {}
@@ -44,7 +44,7 @@ size_t Rounds::sliceElems(size_t count, size_t elemSize) const {
   return sliceBytes / elemSize;
 }
 
-void Rounds::startOp(const OpContext& ctx, const OpDesc& desc) {
+void Rounds::startOp(const core::OpContext& ctx, const OpDesc& desc) {
   segment_.attach(ctx);
   opSeq_ = ctx.seq;
   stepInOp_ = 0;
@@ -61,7 +61,7 @@ void Rounds::startOp(const OpContext& ctx, const OpDesc& desc) {
   descBuffer_ = buffer_;
 }
 
-uint64_t Rounds::publish(const OpContext& ctx) {
+uint64_t Rounds::publish(const core::OpContext& ctx) {
   ++stepInOp_;
   if (stall_.rank == rank() && stall_.seq == opSeq_ && stall_.step == stepInOp_) {
     usleep(useconds_t(stall_.stallMs) * 1000);
@@ -73,12 +73,12 @@ uint64_t Rounds::publish(const OpContext& ctx) {
   segment_.ctl(rank()).step.store(step_, std::memory_order_seq_cst);
   if (header.sleepers.load(std::memory_order_seq_cst) > 0) {
     header.bell.fetch_add(1, std::memory_order_seq_cst);
-    futexWakeAll(&header.bell);
+    core::futexWakeAll(&header.bell);
   }
   return step_;
 }
 
-void Rounds::waitUntilAll(const OpContext& ctx, uint64_t step) {
+void Rounds::waitUntilAll(const core::OpContext& ctx, uint64_t step) {
   const int size = this->size();
   auto reached = [&](int p) { return segment_.ctl(p).step.load(std::memory_order_acquire) >= step; };
   auto allReady = [&] {
@@ -91,7 +91,7 @@ void Rounds::waitUntilAll(const OpContext& ctx, uint64_t step) {
   };
   bool done = false;
   for (int i = 0; i < options().spinIters && !(done = allReady()); ++i) {
-    cpuRelax();
+    core::cpuRelax();
   }
   for (int i = 0; i < kYieldRounds && !done; ++i) {
     sched_yield();
@@ -119,7 +119,7 @@ void Rounds::waitUntilAll(const OpContext& ctx, uint64_t step) {
       throw;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());
-    futexWait(&header.bell, seen, std::max(std::chrono::milliseconds(1), std::min(options().sleepSlice, left)));
+    core::futexWait(&header.bell, seen, std::max(std::chrono::milliseconds(1), std::min(options().sleepSlice, left)));
     header.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
   if (descPending_) {
@@ -128,7 +128,7 @@ void Rounds::waitUntilAll(const OpContext& ctx, uint64_t step) {
   }
 }
 
-void Rounds::acquireBuffer(const OpContext& ctx, int buffer) {
+void Rounds::acquireBuffer(const core::OpContext& ctx, int buffer) {
   if (releaseStep_[buffer] > 0) {
     // Wait until every peer has moved past its last read of our previous contents of this buffer.
     bool pending = descPending_;
@@ -138,20 +138,20 @@ void Rounds::acquireBuffer(const OpContext& ctx, int buffer) {
   }
 }
 
-void Rounds::syncRound(const OpContext& ctx) {
+void Rounds::syncRound(const core::OpContext& ctx) {
   int b = beginRound(ctx);
   waitAll(ctx, publish(ctx));
   releaseBuffer(b);
 }
 
-int Rounds::beginRound(const OpContext& ctx) {
+int Rounds::beginRound(const core::OpContext& ctx) {
   int b = buffer_;
   acquireBuffer(ctx, b);
   buffer_ ^= 1;
   return b;
 }
 
-void Rounds::checkDescs(const OpContext& ctx, int buffer) {
+void Rounds::checkDescs(const core::OpContext& ctx, int buffer) {
   const int size = this->size();
   const OpDesc& mine = segment_.ctl(rank()).desc[buffer];
   bool same = true;

@@ -65,32 +65,32 @@ inline void copyOwn(void* dst, const void* src, size_t bytes, bool stream = fals
     return;
   }
   if (stream) {
-    copyBytes(dst, src, bytes);
+    kernels::copyBytes(dst, src, bytes);
   } else {
     std::memmove(dst, src, bytes);
   }
 }
 
 // Copies `n` bytes out of a peer's slot (or buffer) into the caller's memory; `received` is what the operation
-// delivers, which chooses cached stores up to `cachedMaxBytes` (ShmOptions::cachedCopyMaxBytes unless the op has its
-// own) and streaming ones above.
+// delivers, which chooses cached stores up to `cachedMaxBytes` (core::ShmOptions::cachedCopyMaxBytes unless the op has
+// its own) and streaming ones above.
 inline void copyOut(void* dst, const void* src, size_t n, size_t received, size_t cachedMaxBytes) {
   if (received <= cachedMaxBytes) {
-    copyBytesCached(dst, src, n);
+    kernels::copyBytesCached(dst, src, n);
   } else {
-    copyBytes(dst, src, n);
+    kernels::copyBytes(dst, src, n);
   }
 }
 
 class Rounds {
  public:
-  Rounds(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options);
+  Rounds(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, const core::ShmOptions& options);
   Rounds(const Rounds&) = delete;
   Rounds& operator=(const Rounds&) = delete;
 
   int rank() const { return segment_.rank(); }
   int size() const { return segment_.size(); }
-  const ShmOptions& options() const { return segment_.options(); }
+  const core::ShmOptions& options() const { return segment_.options(); }
   GroupSegment& segment() { return segment_; }
   StorePolicy& storePolicy() { return policy_; }
 
@@ -100,19 +100,19 @@ class Rounds {
   // descriptors symmetric and some not (the vote), every rank starts the operation again with its symmetric mark
   // cleared and runs `copyBody`, the copying algorithm.
   template <typename Body, typename CopyBody>
-  void run(const OpContext& ctx, const OpDesc& desc, Body&& body, CopyBody&& copyBody);
+  void run(const core::OpContext& ctx, const OpDesc& desc, Body&& body, CopyBody&& copyBody);
   template <typename Body>
-  void run(const OpContext& ctx, const OpDesc& desc, Body&& body) {
+  void run(const core::OpContext& ctx, const OpDesc& desc, Body&& body) {
     run(ctx, desc, body, body);
   }
 
   // Starts a round: takes the current buffer (waiting until peers are done with its previous contents) and
   // flips to the other one for the next round. Returns the buffer index to use.
-  int beginRound(const OpContext& ctx);
+  int beginRound(const core::OpContext& ctx);
   // Publishes our next step (release: our slot writes of this round are visible to whoever sees it).
-  uint64_t publish(const OpContext& ctx);
+  uint64_t publish(const core::OpContext& ctx);
   // Waits until every rank has published `step` (acquire); the operation's first wait compares the descriptors.
-  void waitAll(const OpContext& ctx, uint64_t step) {
+  void waitAll(const core::OpContext& ctx, uint64_t step) {
     if (!policy_.timingWaits()) {
       waitUntilAll(ctx, step);
       return;
@@ -127,7 +127,7 @@ class Rounds {
     releaseStep_[buffer] = step_ + 1;
   }
   // One round with no data: publish; wait for all (the caller's comment says what the step hands over).
-  void syncRound(const OpContext& ctx);
+  void syncRound(const core::OpContext& ctx);
 
   char* slot(int rank, int buffer) const { return segment_.slot(rank, buffer); }
   // Bytes of each of the size() parts a slot is cut into (scatter, all_to_all, reduce_scatter, the two-shot
@@ -149,10 +149,10 @@ class Rounds {
   // Thrown by checkDescs (not an error): ranks disagree only on running the zero-copy algorithm.
   struct RestartOnCopyPath {};
 
-  void startOp(const OpContext& ctx, const OpDesc& desc);
-  void waitUntilAll(const OpContext& ctx, uint64_t step);
-  void acquireBuffer(const OpContext& ctx, int buffer);
-  void checkDescs(const OpContext& ctx, int buffer);
+  void startOp(const core::OpContext& ctx, const OpDesc& desc);
+  void waitUntilAll(const core::OpContext& ctx, uint64_t step);
+  void acquireBuffer(const core::OpContext& ctx, int buffer);
+  void checkDescs(const core::OpContext& ctx, int buffer);
 
   GroupSegment segment_;
   StorePolicy policy_;
@@ -172,7 +172,7 @@ class Rounds {
 };
 
 template <typename Body, typename CopyBody>
-void Rounds::run(const OpContext& ctx, const OpDesc& desc, Body&& body, CopyBody&& copyBody) {
+void Rounds::run(const core::OpContext& ctx, const OpDesc& desc, Body&& body, CopyBody&& copyBody) {
   segment_.throwIfFailed();
   try {
     try {
@@ -193,7 +193,7 @@ void Rounds::run(const OpContext& ctx, const OpDesc& desc, Body&& body, CopyBody
     TD_ASSERT(!descPending_, "operation ", ctx.name, " ended without a round");
   } catch (const std::exception& e) {
     // Whatever failed, peers must not wait for us: share the first failure with the whole group.
-    segment_.abort(e.what(), failureKindOf(e));
+    segment_.abort(e.what(), core::failureKindOf(e));
     throw;
   }
 }

@@ -13,7 +13,7 @@ namespace tunedist::shm {
 //   2. publish; wait for all;
 //   3. rank q copies part q out of the root's slot.
 // Every round's copies into the slot use the stores the operation's RoundStoreChooser keeps for its size.
-void scatter(Rounds& r, const OpContext& ctx, const void* const* ins, void* out, size_t bytes, int root) {
+void scatter(Rounds& r, const core::OpContext& ctx, const void* const* ins, void* out, size_t bytes, int root) {
   TD_CHECK(root >= 0 && root < r.size(), "tunedist: scatter (seq ", ctx.seq, ") on rank ", r.rank(), ": root ", root,
            " is outside the group of ", r.size());
   r.run(ctx, makeDesc(OpCode::kScatter, ctx.seq, bytes, root), [&] {

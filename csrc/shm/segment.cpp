@@ -50,7 +50,7 @@ std::string freeSpaceNote(const char* shmDir) {
   }
   double freeMiB = double(vfs.f_bavail) * double(vfs.f_frsize) / (1024.0 * 1024.0);
   double totalMiB = double(vfs.f_blocks) * double(vfs.f_frsize) / (1024.0 * 1024.0);
-  return detail::str(" (", shmDir, " has ", int64_t(freeMiB), " MiB free of ", int64_t(totalMiB), " MiB)");
+  return core::detail::str(" (", shmDir, " has ", int64_t(freeMiB), " MiB free of ", int64_t(totalMiB), " MiB)");
 }
 
 void* mapFd(int fd, size_t bytes, const std::string& name) {
@@ -62,13 +62,13 @@ void* mapFd(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
-std::string ShmSegment::userPrefix() { return detail::str("tunedist_", getuid(), "_"); }
+std::string ShmSegment::userPrefix() { return core::detail::str("tunedist_", getuid(), "_"); }
 
 ShmSegment ShmSegment::create(const std::string& tag, size_t bytes, const char* shmDir,
                               std::chrono::seconds sweepMinAge) {
   TD_ASSERT(bytes > 0);
   // Names of dead jobs first, so a crashed predecessor does not eat this job's room. Only names at least
-  // sweepMinAge old (ShmOptions::sweepMinAge): a younger one may belong to a job that is still attaching.
+  // sweepMinAge old (core::ShmOptions::sweepMinAge): a younger one may belong to a job that is still attaching.
   sweepStale(shmDir, sweepMinAge);
   std::string name = "/" + userPrefix() + tag + "_" + randomHex(16);
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -178,7 +178,7 @@ bool processExited(long pid) {
   if (kill(pid_t(pid), 0) != 0) {
     return errno == ESRCH;
   }
-  std::FILE* f = std::fopen(detail::str("/proc/", pid, "/stat").c_str(), "r");
+  std::FILE* f = std::fopen(core::detail::str("/proc/", pid, "/stat").c_str(), "r");
   if (f == nullptr) {
     return false;
   }
@@ -195,7 +195,7 @@ int ShmSegment::sweepStale(const char* shmDir, std::chrono::seconds minAge) {
   return sweep(shmDir, [&](const std::string&, int64_t age) { return age >= minAge.count(); });
 }
 
-std::string ShmSegment::tagWithPid(const std::string& tag) { return detail::str(tag, "_", getpid()); }
+std::string ShmSegment::tagWithPid(const std::string& tag) { return core::detail::str(tag, "_", getpid()); }
 
 int ShmSegment::sweepDeadOwners(const char* shmDir, const std::string& tag) {
   const std::string head = tag + "_";

@@ -27,7 +27,7 @@ class ShmSegment {
   // error here rather than a SIGBUS later. `tag` becomes part of the name (letters, digits and '_' only). First
   // removes the names of dead jobs at least `sweepMinAge` old (sweepStale).
   static ShmSegment create(const std::string& tag, size_t bytes, const char* shmDir,
-                           std::chrono::seconds sweepMinAge = ShmOptions::kDefaultSweepMinAge);
+                           std::chrono::seconds sweepMinAge = core::ShmOptions::kDefaultSweepMinAge);
   // Opens and maps a segment another rank created; checks its size is `bytes`. If the name does not exist and
   // `notFound` is given, sets *notFound and returns an invalid segment instead of throwing.
   static ShmSegment open(const std::string& name, size_t bytes, bool* notFound = nullptr);

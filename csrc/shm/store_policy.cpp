@@ -4,14 +4,14 @@
 
 namespace tunedist::shm {
 
-StorePolicy::StorePolicy(const ShmOptions& options) : mode_(options.slotStores), slotCopy_(options.slotStores) {
+StorePolicy::StorePolicy(const core::ShmOptions& options) : mode_(options.slotStores), slotCopy_(options.slotStores) {
   choosers_[kBroadcast] = RoundStoreChooser(options.broadcastStreamBelowBytes);
 }
 
 StorePolicy::Scope::Scope(StorePolicy& policy, Family family, size_t bytes, const Site& site)
     : policy_(policy), site_(site) {
   // Under kMinBytes the chooser has nothing to time: the caller's own stores apply (SlotCopyIn's are cached there).
-  if (site.size <= 1 || policy.mode_ != SlotStores::kAuto || bytes < RoundStoreChooser::kMinBytes) {
+  if (site.size <= 1 || policy.mode_ != core::SlotStores::kAuto || bytes < RoundStoreChooser::kMinBytes) {
     return;
   }
   RoundStoreChooser& chooser = policy.choosers_[family];

@@ -44,9 +44,9 @@ class StorePolicy {
     const bool* groupProbeRequest;
   };
 
-  // For the length of one operation under SlotStores::kAuto with peers and `bytes` (what its size class is counted in)
-  // of at least RoundStoreChooser::kMinBytes: its copies into our slot, in every round, use the stores that the
-  // family's chooser plans, and when the chooser times the operation, done() reports its work: the time since
+  // For the length of one operation under core::SlotStores::kAuto with peers and `bytes` (what its size class is
+  // counted in) of at least RoundStoreChooser::kMinBytes: its copies into our slot, in every round, use the stores that
+  // the family's chooser plans, and when the chooser times the operation, done() reports its work: the time since
   // construction outside the waits for peers, per byte. An operation that throws reports nothing.
   class Scope {
    public:
@@ -67,9 +67,9 @@ class StorePolicy {
       if (policy_.streaming_ < 0) {
         policy_.slotCopy_.copy(dst, src, n);
       } else if (policy_.streaming_ > 0) {
-        copyBytes(dst, src, n);
+        kernels::copyBytes(dst, src, n);
       } else {
-        copyBytesCached(dst, src, n);
+        kernels::copyBytesCached(dst, src, n);
       }
     }
     // copyIn(dst, src, n) plus our own output block `own` (an all_gather's; streaming stores when `streamOwn`), in one
@@ -80,11 +80,11 @@ class StorePolicy {
       if (policy_.streaming_ < 0) {
         return policy_.slotCopy_.copyTwice(dst, own, src, n, streamOwn);
       }
-      copyBytesTwice(dst, own, src, n, policy_.streaming_ > 0, streamOwn);
+      kernels::copyBytesTwice(dst, own, src, n, policy_.streaming_ > 0, streamOwn);
       return true;
     }
     // Streaming stores unless TUNEDIST_SLOT_STORES forces cached ones: for a slot that only the peers read, where the
-    // caller knows streaming is the faster (ShmOptions::broadcastStreamBelowBytes).
+    // caller knows streaming is the faster (core::ShmOptions::broadcastStreamBelowBytes).
     void copyInStreaming(void* dst, const void* src, size_t n) {
       policy_.slotCopy_.copyStreamingUnlessForced(dst, src, n);
     }
@@ -100,7 +100,7 @@ class StorePolicy {
     std::chrono::steady_clock::time_point start_;
   };
 
-  explicit StorePolicy(const ShmOptions& options);
+  explicit StorePolicy(const core::ShmOptions& options);
 
   const RoundStoreChooser& chooser(Family family) const { return choosers_[family]; }
   // Only from the thread that runs this rank's operations, between them.
@@ -112,7 +112,7 @@ class StorePolicy {
   void addWaited(std::chrono::nanoseconds waited) { waited_ += waited; }
 
  private:
-  const SlotStores mode_;
+  const core::SlotStores mode_;
   SlotCopyIn slotCopy_;
   // A broadcast's classes under broadcastStreamBelowBytes start streaming (ShmOptions).
   RoundStoreChooser choosers_[kRoundFamilies];

@@ -9,12 +9,12 @@
 #include "core/store_keys.h"
 #include "shm/segment.h"
 
-namespace tunedist::shm {
+namespace tunedist::topology {
 namespace {
 
-using keys::kHostKeyPrefix;
-using keys::kHostProbePrefix;
-using keys::kHostVerdictPrefix;
+using core::keys::kHostKeyPrefix;
+using core::keys::kHostProbePrefix;
+using core::keys::kHostVerdictPrefix;
 constexpr const char* kVerdictOk = "ok";
 constexpr size_t kProbeBytes = 4096;
 constexpr size_t kTokenBytes = 16;
@@ -37,29 +37,30 @@ HostKey decodeKey(const std::string& text, int rank) {
 std::string openProbe(const std::string& text, int creator) {
   size_t nl = text.find('\n');
   if (nl == std::string::npos) {
-    return detail::str("malformed host probe key of rank ", creator);
+    return core::detail::str("malformed host probe key of rank ", creator);
   }
   const std::string name = text.substr(0, nl);
   const std::string token = text.substr(nl + 1);
   try {
     bool notFound = false;
-    ShmSegment probe = ShmSegment::open(name, kProbeBytes, &notFound);
+    shm::ShmSegment probe = shm::ShmSegment::open(name, kProbeBytes, &notFound);
     probe.keepName();  // the host's other ranks may still have to open it; its creator unlinks it
     if (notFound) {
-      return detail::str("cannot open the probe '", name, "' of rank ", creator, " (not found)");
+      return core::detail::str("cannot open the probe '", name, "' of rank ", creator, " (not found)");
     }
     if (std::string(static_cast<const char*>(probe.data()), token.size()) != token) {
-      return detail::str("opened a probe named '", name, "' but its token differs from rank ", creator, "'s");
+      return core::detail::str("opened a probe named '", name, "' but its token differs from rank ", creator, "'s");
     }
   } catch (const std::exception& e) {
-    return detail::str("cannot open the probe of rank ", creator, ": ", e.what());
+    return core::detail::str("cannot open the probe of rank ", creator, ": ", e.what());
   }
   return "";
 }
 
 }  // namespace
 
-HostDiscovery::HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options)
+HostDiscovery::HostDiscovery(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size,
+                             const core::ShmOptions& options)
     : rendezvous_(std::move(rendezvous)),
       rank_(rank),
       size_(size),
@@ -75,10 +76,11 @@ std::string HostDiscovery::getBefore(const std::string& key, Clock::time_point d
   while (!rendezvous_->check(key) && Clock::now() < deadline) {
     // A rank that failed its first operation before finding its host (a caller error, say) never writes its
     // keys; it leaves its reason where the engines do (ShmComm before attaching, CrossHost), so stop on it.
-    for (const char* abortKey : keys::kPeerAbortKeys) {
+    for (const char* abortKey : core::keys::kPeerAbortKeys) {
       if (rendezvous_->check(abortKey)) {
-        throw Error(detail::str("tunedist: rank ", rank_, " of ", size_, ": a peer failed while the group was ",
-                                "finding its hosts: ", rendezvous_->get(abortKey, std::chrono::milliseconds(1000))));
+        throw core::Error(core::detail::str("tunedist: rank ", rank_, " of ", size_,
+                                            ": a peer failed while the group was ", "finding its hosts: ",
+                                            rendezvous_->get(abortKey, std::chrono::milliseconds(1000))));
       }
     }
     std::this_thread::sleep_for(pause);
@@ -87,11 +89,11 @@ std::string HostDiscovery::getBefore(const std::string& key, Clock::time_point d
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   try {
     return rendezvous_->get(key, std::max(left, std::chrono::milliseconds(1)));
-  } catch (const TimeoutError&) {
-    throw TimeoutError(detail::str("tunedist: rank ", rank_, " of ", size_, ": Timed out waiting for ", what,
-                                   " (store key '", key,
-                                   "') while finding which ranks share a host; check that "
-                                   "it is alive and calls this operation too"));
+  } catch (const core::TimeoutError&) {
+    throw core::TimeoutError(core::detail::str("tunedist: rank ", rank_, " of ", size_, ": Timed out waiting for ",
+                                               what, " (store key '", key,
+                                               "') while finding which ranks share a host; check that "
+                                               "it is alive and calls this operation too"));
   }
 }
 
@@ -99,7 +101,7 @@ HostLayout HostDiscovery::proposeLayout(Clock::time_point deadline) {
   std::vector<HostKey> keys;
   for (int r = 0; r < size_; ++r) {
     keys.push_back(decodeKey(getBefore(kHostKeyPrefix + std::to_string(r), deadline,
-                                       detail::str("rank ", r, " to publish its host key").c_str()),
+                                       core::detail::str("rank ", r, " to publish its host key").c_str()),
                              r));
   }
   return groupRanksByHost(keys);
@@ -113,7 +115,8 @@ std::string HostDiscovery::checkProbe(const HostLayout& layout, int host, Clock:
   const auto graceEnd = std::min(deadline, Clock::now() + kStaleProbeGrace);
   std::string problem;
   for (;;) {
-    std::string text = getBefore(key, deadline, detail::str("rank ", creator, " to create the host probe").c_str());
+    std::string text = getBefore(key, deadline,
+                                 core::detail::str("rank ", creator, " to create the host probe").c_str());
     problem = openProbe(text, creator);
     if (problem.empty() || Clock::now() >= graceEnd) {
       return problem;
@@ -125,14 +128,14 @@ std::string HostDiscovery::checkProbe(const HostLayout& layout, int host, Clock:
 void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline) {
   const int host = layout.hostOf[size_t(rank_)];
   const bool shared = layout.hosts[size_t(host)].size() > 1;
-  ShmSegment probe;  // the creator holds it until every verdict is in; unlinked on scope exit
+  shm::ShmSegment probe;  // the creator holds it until every verdict is in; unlinked on scope exit
   // Verdicts are "<this host's probe token>:<ok or the problem>", so a host's ranks tell this incarnation's
   // verdicts from an earlier one's left in the store.
   std::string token;
   std::string outcome = kVerdictOk;
   if (shared && layout.localRankOf[size_t(rank_)] == 0) {
-    probe = ShmSegment::create("probe", kProbeBytes, shmDir_, sweepMinAge_);
-    token = randomHex(kTokenBytes);
+    probe = shm::ShmSegment::create("probe", kProbeBytes, shmDir_, sweepMinAge_);
+    token = shm::randomHex(kTokenBytes);
     std::memcpy(probe.data(), token.data(), token.size());
     rendezvous_->set(kHostProbePrefix + std::to_string(rank_), probe.name() + "\n" + token);
   } else if (shared) {
@@ -141,7 +144,7 @@ void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline)
                                         std::chrono::milliseconds(1000));
     token = text.substr(text.find('\n') + 1);
     if (!problem.empty()) {
-      outcome = detail::str("rank ", rank_, " ", problem);
+      outcome = core::detail::str("rank ", rank_, " ", problem);
     }
   }
   rendezvous_->set(kHostVerdictPrefix + std::to_string(rank_), token + ":" + outcome);
@@ -150,7 +153,7 @@ void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline)
     std::string v;
     for (;;) {
       v = getBefore(kHostVerdictPrefix + std::to_string(r), deadline,
-                    detail::str("rank ", r, " to check its host").c_str());
+                    core::detail::str("rank ", r, " to check its host").c_str());
       if (!mine || v.rfind(token + ":", 0) == 0 || Clock::now() >= deadline) {
         break;
       }
@@ -164,4 +167,4 @@ void HostDiscovery::verify(const HostLayout& layout, Clock::time_point deadline)
   }
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::topology

@@ -1,7 +1,7 @@
 // HostDiscovery: finds, through the group's rendezvous, which ranks share a host, and verifies it.
 //
 // Protocol (keys are per group: the backend's rendezvous sits on the group's PrefixStore):
-//   1. publish() (at group creation, never blocks): rank r writes its HostKey to keys::kHostKeyPrefix + r.
+//   1. publish() (at group creation, never blocks): rank r writes its HostKey to core::keys::kHostKeyPrefix + r.
 //   2. proposeLayout() (lazily, at the group's first operation): reads every rank's key and groups them
 //      (groupRanksByHost). Touches no shared memory, so point-to-point calls can use it without the whole group.
 //   3. verify() (at the group's first collective, on every rank): the first rank of each proposed host creates a
@@ -20,13 +20,13 @@
 #include "core/rendezvous.h"
 #include "topology/host_topology.h"
 
-namespace tunedist::shm {
+namespace tunedist::topology {
 
 class HostDiscovery {
  public:
   using Clock = std::chrono::steady_clock;
 
-  HostDiscovery(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options);
+  HostDiscovery(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, const core::ShmOptions& options);
 
   void publish(const HostKey& key);
   HostLayout proposeLayout(Clock::time_point deadline);
@@ -37,11 +37,11 @@ class HostDiscovery {
   // Opens host `host`'s probe and checks its token; returns "" on success, else what went wrong.
   std::string checkProbe(const HostLayout& layout, int host, Clock::time_point deadline);
 
-  std::shared_ptr<Rendezvous> rendezvous_;
+  std::shared_ptr<core::Rendezvous> rendezvous_;
   const int rank_;
   const int size_;
   const char* shmDir_;
   const std::chrono::seconds sweepMinAge_;
 };
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::topology

@@ -13,7 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 
-namespace tunedist::shm {
+namespace tunedist::topology {
 
 std::string shareableMemoryFingerprint(const char* shmDir) {
   std::string bootId;
@@ -22,10 +22,10 @@ std::string shareableMemoryFingerprint(const char* shmDir) {
   struct stat st {};
   TD_CHECK(::stat(shmDir, &st) == 0, "tunedist: cannot stat the shared-memory directory ", shmDir, ": ",
            std::strerror(errno));
-  return detail::str(bootId.empty() ? "no-boot-id" : bootId, ":", uint64_t(st.st_dev), ":", uint64_t(st.st_ino));
+  return core::detail::str(bootId.empty() ? "no-boot-id" : bootId, ":", uint64_t(st.st_dev), ":", uint64_t(st.st_ino));
 }
 
-std::string hostLabelFromEnv() { return envString("TUNEDIST_HOST_ID").value_or(std::string()); }
+std::string hostLabelFromEnv() { return core::envString("TUNEDIST_HOST_ID").value_or(std::string()); }
 
 std::string ranksText(const std::vector<int>& ranks) {
   std::string s;
@@ -110,4 +110,4 @@ std::vector<CrossHostSpan> crossHostSpans(size_t count, const std::vector<int>& 
   return spans;
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::topology

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace tunedist::shm {
+namespace tunedist::topology {
 
 struct HostKey {
   std::string label;        // TUNEDIST_HOST_ID, or "" when unset
@@ -39,7 +39,7 @@ struct HostLayout {
 // "[0,1,2]": a list of ranks for messages.
 std::string ranksText(const std::vector<int>& ranks);
 
-// Groups ranks by (fingerprint, label). Throws tunedist::Error naming the ranks when one label covers ranks with
+// Groups ranks by (fingerprint, label). Throws tunedist::core::Error naming the ranks when one label covers ranks with
 // different fingerprints: TUNEDIST_HOST_ID may split a host, never merge ranks that cannot share memory.
 HostLayout groupRanksByHost(const std::vector<HostKey>& keys);
 
@@ -70,4 +70,4 @@ struct HostSlicing {
 // exactly one span, and in each span every host has exactly one owner, which holds that host's partial result.
 std::vector<CrossHostSpan> crossHostSpans(size_t count, const std::vector<int>& hostSizes);
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::topology

@@ -19,7 +19,7 @@
 namespace tunedist::test {
 
 // A rendezvous in a directory, for ranks in separate (forked) processes.
-class FileRendezvous final : public Rendezvous {
+class FileRendezvous final : public core::Rendezvous {
  public:
   FileRendezvous() {
     char tmpl[] = "/tmp/tunedist_p2p_test_XXXXXX";

@@ -14,7 +14,7 @@
 
 namespace tunedist::test {
 
-using shm::P2pEngine;
+using shm::p2p::P2pEngine;
 
 // Small rings, so messages of a few KiB already stream through in pieces.
 inline ShmOptions p2pOptions(size_t ringBytes = 4096) {
@@ -134,7 +134,7 @@ inline void runP2p(int size, const ShmOptions& options, const std::function<void
     try {
       body(engine, r);
     } catch (const std::exception& e) {
-      engine.abort(detail::str("test rank ", r, " failed: ", e.what()));
+      engine.abort(core::detail::str("test rank ", r, " failed: ", e.what()));
       throw;
     }
   }));

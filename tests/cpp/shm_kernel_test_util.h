@@ -12,27 +12,27 @@ namespace tunedist::test {
 
 // Restores the detected level when a test leaves, whatever it forced.
 struct LevelReset {
-  ~LevelReset() { shm::resetSimdLevel(); }
+  ~LevelReset() { kernels::resetSimdLevel(); }
 };
 
 // The levels to compare: all this CPU supports, scalar first. TUNEDIST_SIMD outranks forceSimdLevel, so when
 // it is set only its level is really tested.
-inline std::vector<shm::SimdLevel> levelsToTest() {
-  std::vector<shm::SimdLevel> levels;
-  for (shm::SimdLevel l : {shm::SimdLevel::kScalar, shm::SimdLevel::kAvx2, shm::SimdLevel::kAvx512}) {
+inline std::vector<kernels::SimdLevel> levelsToTest() {
+  std::vector<kernels::SimdLevel> levels;
+  for (kernels::SimdLevel l : {kernels::SimdLevel::kScalar, kernels::SimdLevel::kAvx2, kernels::SimdLevel::kAvx512}) {
     try {
-      shm::forceSimdLevel(l);
-    } catch (const Error& e) {
-      WARN("skipping SIMD level " << shm::simdLevelName(l) << ": " << e.what());
+      kernels::forceSimdLevel(l);
+    } catch (const core::Error& e) {
+      WARN("skipping SIMD level " << kernels::simdLevelName(l) << ": " << e.what());
       continue;
     }
-    if (shm::activeSimdLevel() != l) {
-      WARN("TUNEDIST_SIMD pins the level; not testing " << shm::simdLevelName(l));
+    if (kernels::activeSimdLevel() != l) {
+      WARN("TUNEDIST_SIMD pins the level; not testing " << kernels::simdLevelName(l));
       continue;
     }
     levels.push_back(l);
   }
-  shm::resetSimdLevel();
+  kernels::resetSimdLevel();
   return levels;
 }
 

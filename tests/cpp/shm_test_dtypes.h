@@ -12,7 +12,7 @@
 
 namespace tunedist::test {
 
-using shm::DType;
+using core::DType;
 
 // fp16 and bf16 are made from a float: values that are not floats are first rounded to float, which is exact
 // for every expected value the tests compare against.
@@ -79,7 +79,7 @@ inline double loadValue(DType t, const void* base, size_t i) {
     case DType::kInt64: return double(static_cast<const int64_t*>(base)[i]);
     case DType::kBool: return static_cast<const uint8_t*>(base)[i];
   }
-  throw Error("test: unknown dtype");
+  throw core::Error("test: unknown dtype");
 }
 
 // Stores v (rounded to nearest for the floating types) as element i of `base`. With `exact`, throws unless the
@@ -97,7 +97,7 @@ inline void storeValue(DType t, void* base, size_t i, double v, bool exact = tru
     case DType::kBool: static_cast<uint8_t*>(base)[i] = v != 0 ? 1 : 0; break;
   }
   TD_CHECK(!exact || loadValue(t, base, i) == v || t == DType::kBool, "test: ", v, " is not exact in ",
-           shm::dtypeName(t));
+           core::dtypeName(t));
 }
 
 }  // namespace tunedist::test

@@ -42,12 +42,12 @@
 
 namespace tunedist::test {
 
-using shm::DType;
-using shm::OpContext;
-using shm::RedOp;
-using shm::ReduceArgs;
+using core::DType;
+using core::OpContext;
+using core::RedOp;
+using core::ShmOptions;
+using kernels::ReduceArgs;
 using shm::ShmComm;
-using shm::ShmOptions;
 using Ms = std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
@@ -85,7 +85,7 @@ inline ReduceArgs floatSum() {
 }
 
 // The rendezvous of the engine tests: a map under a mutex; get() blocks until the key exists or times out.
-class MemRendezvous final : public Rendezvous {
+class MemRendezvous final : public core::Rendezvous {
  public:
   void set(const std::string& key, const std::string& value) override {
     {
@@ -98,7 +98,8 @@ class MemRendezvous final : public Rendezvous {
   std::string get(const std::string& key, Ms timeout) override {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
-      throw Error(detail::str("MemRendezvous: key '", key, "' was not set within ", timeout.count(), " ms"));
+      throw core::Error(core::detail::str("MemRendezvous: key '", key, "' was not set within ", timeout.count(),
+                                          " ms"));
     }
     return values_.at(key);
   }
@@ -118,7 +119,7 @@ class MemRendezvous final : public Rendezvous {
 class Peer {
  public:
   // `heap` (may be null): the rank's symmetric heap, for the zero-copy collectives.
-  Peer(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, const ShmOptions& options,
+  Peer(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, const ShmOptions& options,
        std::shared_ptr<shm::SymmetricHeap> heap = nullptr)
       : comm(std::move(rendezvous), rank, size, options, std::move(heap)) {}
 
@@ -140,7 +141,7 @@ class CheckFailure : public std::runtime_error {
 
 template <typename... Args>
 [[noreturn]] void failCheck(const Args&... parts) {
-  throw CheckFailure(detail::str(parts...));
+  throw CheckFailure(core::detail::str(parts...));
 }
 
 // `what` says which case (op, dtype, world size, count), so a failure names case, rank and index.
@@ -198,7 +199,7 @@ void abortingOnThrow(std::initializer_list<ShmComm*> comms, F&& f) {
     f();
   } catch (const std::exception& e) {
     for (ShmComm* c : comms) {
-      c->abort(detail::str("test rank ", c->rank(), " failed: ", e.what()));
+      c->abort(core::detail::str("test rank ", c->rank(), " failed: ", e.what()));
     }
     throw;
   }
@@ -229,16 +230,16 @@ struct Caught {
   Clock::time_point at;
 };
 
-// Runs call() and records the tunedist::Error it throws (other exceptions propagate).
+// Runs call() and records the tunedist::core::Error it throws (other exceptions propagate).
 template <typename F>
 Caught catchError(F&& call) {
   Caught c;
   try {
     call();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     c.threw = true;
-    c.timeout = dynamic_cast<const TimeoutError*>(&e) != nullptr;
-    c.dead = dynamic_cast<const PeerDeadError*>(&e) != nullptr;
+    c.timeout = dynamic_cast<const core::TimeoutError*>(&e) != nullptr;
+    c.dead = dynamic_cast<const core::PeerDeadError*>(&e) != nullptr;
     c.message = e.what();
   }
   c.at = Clock::now();
@@ -281,7 +282,8 @@ inline void checkPattern(const std::string& what, int rank, const uint8_t* got, 
   }
   for (size_t i = 0; i < n; ++i) {
     if (got[i] != patternByte(src, i, salt)) {
-      failAt(what + detail::str(" (block of rank ", src, ")"), rank, i, int(got[i]), int(patternByte(src, i, salt)));
+      failAt(what + core::detail::str(" (block of rank ", src, ")"), rank, i, int(got[i]),
+             int(patternByte(src, i, salt)));
     }
   }
 }
@@ -290,7 +292,7 @@ inline void checkPattern(const std::string& what, int rank, const uint8_t* got, 
 // null pointer, even for count 0.
 class Output {
  public:
-  Output(DType t, size_t count) : bytes_(count * shm::dtypeSize(t)), buf_(bytes_ + kGuard, kFill) {}
+  Output(DType t, size_t count) : bytes_(count * core::dtypeSize(t)), buf_(bytes_ + kGuard, kFill) {}
   void* data() { return buf_.data(); }
   const void* data() const { return buf_.data(); }
   // Throws unless the guard bytes past the end are untouched.
@@ -344,7 +346,7 @@ inline bool heldByUs(const std::string& entry) {
 // True when /dev/shm/<entry> exists and nobody else holds the shared lock that every tunedist user of a segment
 // keeps (or we hold it): it belongs to no live job of another process.
 inline bool orphanedOrOurs(const std::string& entry) {
-  int fd = shm_open(detail::str("/", entry).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  int fd = shm_open(core::detail::str("/", entry).c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) {
     return false;
   }

@@ -2,7 +2,7 @@
 #include "backend/cpu/checks.h"
 #include "backend/cpu/cpu_backend.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceOptions& opts) {
@@ -10,18 +10,18 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce(std::vector<at::Tensor>& te
   if (tensors.size() == 1 && tensors[0].layout() == c10::kSparse) {
     return allreduceSparse(tensors, opts);
   }
-  shm::ReduceArgs args;
+  kernels::ReduceArgs args;
   guardCall(kOp, [&] {
     TORCH_CHECK(tensors.size() == 1, "expects exactly one tensor, got ", tensors.size());
-    ops::checkCpuDense(tensors[0], "the tensor");
-    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_);
+    cpu::checkCpuDense(tensors[0], "the tensor");
+    args = cpu::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_);
   });
   at::Tensor t = tensors[0];
   return launch(c10d::OpType::ALLREDUCE, "tuned:all_reduce", tensors, tensors, opts.asyncOp, opts.timeout,
-                ops::tensorBytes(t), [t, args](HostCollectives& engine, const shm::OpContext& ctx) {
-                  at::Tensor s = ops::staged(t);
+                cpu::tensorBytes(t), [t, args](engine::HostCollectives& engine, const core::OpContext& ctx) {
+                  at::Tensor s = cpu::staged(t);
                   engine.allreduce(ctx, s, args);
-                  ops::copyBack(t, s);
+                  cpu::copyBack(t, s);
                 });
 }
 
@@ -29,21 +29,21 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce(std::vector<at::Tensor>& te
 c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceCoalescedOptions& opts) {
   constexpr const char* kOp = "all_reduce_coalesced";
-  shm::ReduceArgs args;
+  kernels::ReduceArgs args;
   size_t bytes = 0;
   guardCall(kOp, [&] {
     TORCH_CHECK(!tensors.empty(), "expects at least one tensor");
     for (const auto& t : tensors) {
-      ops::checkCpuDense(t, "a tensor");
+      cpu::checkCpuDense(t, "a tensor");
       TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "all tensors must have one dtype, got ",
                   tensors[0].scalar_type(), " and ", t.scalar_type());
-      bytes += ops::tensorBytes(t);
+      bytes += cpu::tensorBytes(t);
     }
-    args = ops::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_);
+    args = cpu::reduceArgs(opts.reduceOp, tensors[0].scalar_type(), size_);
   });
   std::vector<at::Tensor> ts = tensors;
   return launch(c10d::OpType::ALLREDUCE_COALESCED, "tuned:all_reduce_coalesced", tensors, tensors, opts.asyncOp,
-                opts.timeout, bytes, [ts, args](HostCollectives& engine, const shm::OpContext& ctx) {
+                opts.timeout, bytes, [ts, args](engine::HostCollectives& engine, const core::OpContext& ctx) {
                   std::vector<at::Tensor> flat;
                   flat.reserve(ts.size());
                   for (const auto& t : ts) {
@@ -59,4 +59,4 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduce_coalesced(std::vector<at::T
                 });
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

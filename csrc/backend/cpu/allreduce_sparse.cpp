@@ -14,7 +14,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 namespace {
 
 constexpr const char* kOp = "all_reduce";
@@ -33,7 +33,8 @@ std::vector<at::Tensor> rowsOf(const at::Tensor& gathered) {
 }
 
 // Steps 2-3: every rank's header, after checking that the ranks agree on everything but nnz.
-at::Tensor gatherHeaders(HostCollectives& engine, const shm::OpContext& ctx, const at::Tensor& in, int rank, int size) {
+at::Tensor gatherHeaders(engine::HostCollectives& engine, const core::OpContext& ctx, const at::Tensor& in, int rank,
+                         int size) {
   at::Tensor header = at::empty({kFields}, at::kLong);
   auto* h = header.data_ptr<int64_t>();
   h[kSparseDim] = in.sparse_dim();
@@ -72,7 +73,7 @@ at::Tensor padded(const at::Tensor& t, int64_t d, int64_t length) {
   return out;
 }
 
-at::Tensor gatherPadded(HostCollectives& engine, const shm::OpContext& ctx, const at::Tensor& t, int size) {
+at::Tensor gatherPadded(engine::HostCollectives& engine, const core::OpContext& ctx, const at::Tensor& t, int size) {
   auto shape = t.sizes().vec();
   shape.insert(shape.begin(), size);
   at::Tensor gathered = at::empty(shape, t.options());
@@ -81,7 +82,8 @@ at::Tensor gatherPadded(HostCollectives& engine, const shm::OpContext& ctx, cons
 }
 
 // Steps 1-5; returns the coalesced sum.
-at::Tensor sparseSum(HostCollectives& engine, const shm::OpContext& ctx, const at::Tensor& t, int rank, int size) {
+at::Tensor sparseSum(engine::HostCollectives& engine, const core::OpContext& ctx, const at::Tensor& t, int rank,
+                     int size) {
   at::Tensor in = t.coalesce();
   at::Tensor headers = gatherHeaders(engine, ctx, in, rank, size);
   const int64_t maxNnz = headers.select(1, kNnz).max().item<int64_t>();
@@ -120,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduceSparse(std::vector<at::Tenso
   const int rank = rank_;
   const int size = size_;
   return launch(c10d::OpType::ALLREDUCE, "tuned:all_reduce_sparse", tensors, tensors, opts.asyncOp, opts.timeout, bytes,
-                [t, rank, size](HostCollectives& engine, const shm::OpContext& ctx) {
+                [t, rank, size](engine::HostCollectives& engine, const core::OpContext& ctx) {
                   // As gloo: the gradients DDP hands in are plain tensors; keep autograd out of the local sums.
                   at::AutoDispatchBelowAutograd guard;
                   at::Tensor sum = sparseSum(engine, ctx, t, rank, size);
@@ -128,4 +130,4 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::allreduceSparse(std::vector<at::Tenso
                 });
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -2,7 +2,7 @@
 #include "backend/cpu/checks.h"
 #include "backend/cpu/cpu_backend.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 namespace {
 
 // Row counts per peer: the given splits, or an even split of dim 0.
@@ -35,8 +35,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall_base(at::Tensor& output, at:
   std::vector<int64_t> outRows;
   std::vector<int64_t> inRows;
   guardCall(kOp, [&] {
-    ops::checkCpuDense(input, "the input");
-    ops::checkCpuDense(output, "the output");
+    cpu::checkCpuDense(input, "the input");
+    cpu::checkCpuDense(output, "the output");
     TORCH_CHECK(input.scalar_type() == output.scalar_type(), "output dtype ", output.scalar_type(),
                 " differs from input dtype ", input.scalar_type());
     inRows = rowSplits(inputSplitSizes, input, size_, "the input");
@@ -45,30 +45,34 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall_base(at::Tensor& output, at:
   at::Tensor out = output;
   at::Tensor in = input;
   const int size = size_;
-  return launch(
-      c10d::OpType::ALLTOALL_BASE, "tuned:all_to_all_single", {out}, {in}, opts.asyncOp, opts.timeout,
-      ops::tensorBytes(in), [out, in, outRows, inRows, size](HostCollectives& engine, const shm::OpContext& ctx) {
-        at::Tensor src = ops::overlaps(in, out) ? in.contiguous().clone() : ops::staged(in);
-        at::Tensor dst = ops::staged(out);
-        const size_t inRowBytes = src.dim() == 0 || src.size(0) == 0 ? 0 : ops::tensorBytes(src) / size_t(src.size(0));
-        const size_t outRowBytes = dst.dim() == 0 || dst.size(0) == 0 ? 0 : ops::tensorBytes(dst) / size_t(dst.size(0));
-        std::vector<const void*> sends;
-        std::vector<void*> recvs;
-        std::vector<size_t> sendBytes;
-        std::vector<size_t> recvBytes;
-        size_t inOff = 0;
-        size_t outOff = 0;
-        for (int p = 0; p < size; ++p) {
-          sends.push_back(static_cast<const char*>(src.data_ptr()) + inOff);
-          recvs.push_back(static_cast<char*>(dst.data_ptr()) + outOff);
-          sendBytes.push_back(size_t(inRows[p]) * inRowBytes);
-          recvBytes.push_back(size_t(outRows[p]) * outRowBytes);
-          inOff += sendBytes.back();
-          outOff += recvBytes.back();
-        }
-        engine.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
-        ops::copyBack(out, dst);
-      });
+  return launch(c10d::OpType::ALLTOALL_BASE, "tuned:all_to_all_single", {out}, {in}, opts.asyncOp, opts.timeout,
+                cpu::tensorBytes(in),
+                [out, in, outRows, inRows, size](engine::HostCollectives& engine, const core::OpContext& ctx) {
+                  at::Tensor src = cpu::overlaps(in, out) ? in.contiguous().clone() : cpu::staged(in);
+                  at::Tensor dst = cpu::staged(out);
+                  const size_t inRowBytes = src.dim() == 0 || src.size(0) == 0
+                                                ? 0
+                                                : cpu::tensorBytes(src) / size_t(src.size(0));
+                  const size_t outRowBytes = dst.dim() == 0 || dst.size(0) == 0
+                                                 ? 0
+                                                 : cpu::tensorBytes(dst) / size_t(dst.size(0));
+                  std::vector<const void*> sends;
+                  std::vector<void*> recvs;
+                  std::vector<size_t> sendBytes;
+                  std::vector<size_t> recvBytes;
+                  size_t inOff = 0;
+                  size_t outOff = 0;
+                  for (int p = 0; p < size; ++p) {
+                    sends.push_back(static_cast<const char*>(src.data_ptr()) + inOff);
+                    recvs.push_back(static_cast<char*>(dst.data_ptr()) + outOff);
+                    sendBytes.push_back(size_t(inRows[p]) * inRowBytes);
+                    recvBytes.push_back(size_t(outRows[p]) * outRowBytes);
+                    inOff += sendBytes.back();
+                    outOff += recvBytes.back();
+                  }
+                  engine.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
+                  cpu::copyBack(out, dst);
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -78,8 +82,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall(std::vector<at::Tensor>& out
     TORCH_CHECK(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), "expects ", size_,
                 " inputs and outputs, got ", inputs.size(), " and ", outputs.size());
     for (int p = 0; p < size_; ++p) {
-      ops::checkCpuDense(inputs[p], "an input");
-      ops::checkCpuDense(outputs[p], "an output");
+      cpu::checkCpuDense(inputs[p], "an input");
+      cpu::checkCpuDense(outputs[p], "an output");
       TORCH_CHECK(inputs[p].scalar_type() == outputs[p].scalar_type(), "dtypes of input and output ", p, " differ");
     }
   });
@@ -87,11 +91,11 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall(std::vector<at::Tensor>& out
   std::vector<at::Tensor> ins = inputs;
   size_t bytes = 0;
   for (const auto& t : ins) {
-    bytes += ops::tensorBytes(t);
+    bytes += cpu::tensorBytes(t);
   }
   const int size = size_;
   return launch(c10d::OpType::ALLTOALL, "tuned:all_to_all", outs, ins, opts.asyncOp, opts.timeout, bytes,
-                [outs, ins, size](HostCollectives& engine, const shm::OpContext& ctx) {
+                [outs, ins, size](engine::HostCollectives& engine, const core::OpContext& ctx) {
                   std::vector<at::Tensor> src;
                   std::vector<at::Tensor> dst;
                   std::vector<const void*> sends;
@@ -101,20 +105,20 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::alltoall(std::vector<at::Tensor>& out
                   for (int p = 0; p < size; ++p) {
                     bool clash = false;
                     for (const auto& o : outs) {
-                      clash = clash || ops::overlaps(ins[p], o);
+                      clash = clash || cpu::overlaps(ins[p], o);
                     }
-                    src.push_back(clash ? ins[p].contiguous().clone() : ops::staged(ins[p]));
-                    dst.push_back(ops::staged(outs[p]));
+                    src.push_back(clash ? ins[p].contiguous().clone() : cpu::staged(ins[p]));
+                    dst.push_back(cpu::staged(outs[p]));
                     sends.push_back(src.back().data_ptr());
                     recvs.push_back(dst.back().data_ptr());
-                    sendBytes.push_back(ops::tensorBytes(src.back()));
-                    recvBytes.push_back(ops::tensorBytes(dst.back()));
+                    sendBytes.push_back(cpu::tensorBytes(src.back()));
+                    recvBytes.push_back(cpu::tensorBytes(dst.back()));
                   }
                   engine.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
                   for (int p = 0; p < size; ++p) {
-                    ops::copyBack(outs[p], dst[p]);
+                    cpu::copyBack(outs[p], dst[p]);
                   }
                 });
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

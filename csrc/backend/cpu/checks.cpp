@@ -3,40 +3,40 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
 
-namespace tunedist::ops {
+namespace tunedist::cpu {
 
-shm::DType reduceDType(at::ScalarType type) {
+core::DType reduceDType(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return shm::DType::kFloat32;
-    case at::kDouble: return shm::DType::kFloat64;
-    case at::kHalf: return shm::DType::kFloat16;
-    case at::kBFloat16: return shm::DType::kBFloat16;
-    case at::kChar: return shm::DType::kInt8;
-    case at::kByte: return shm::DType::kUInt8;
-    case at::kInt: return shm::DType::kInt32;
-    case at::kLong: return shm::DType::kInt64;
-    case at::kBool: return shm::DType::kBool;
+    case at::kFloat: return core::DType::kFloat32;
+    case at::kDouble: return core::DType::kFloat64;
+    case at::kHalf: return core::DType::kFloat16;
+    case at::kBFloat16: return core::DType::kBFloat16;
+    case at::kChar: return core::DType::kInt8;
+    case at::kByte: return core::DType::kUInt8;
+    case at::kInt: return core::DType::kInt32;
+    case at::kLong: return core::DType::kInt64;
+    case at::kBool: return core::DType::kBool;
     default:
       TORCH_CHECK(false, "cannot reduce tensors of dtype ", type,
                   "; supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool");
   }
 }
 
-shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize) {
-  shm::ReduceArgs args;
+kernels::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize) {
+  kernels::ReduceArgs args;
   args.dtype = reduceDType(type);
   args.divisor = worldSize;
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: args.op = shm::RedOp::kSum; break;
-    case c10d::ReduceOp::AVG: args.op = shm::RedOp::kAvg; break;
-    case c10d::ReduceOp::PRODUCT: args.op = shm::RedOp::kProduct; break;
-    case c10d::ReduceOp::MIN: args.op = shm::RedOp::kMin; break;
-    case c10d::ReduceOp::MAX: args.op = shm::RedOp::kMax; break;
-    case c10d::ReduceOp::BAND: args.op = shm::RedOp::kBand; break;
-    case c10d::ReduceOp::BOR: args.op = shm::RedOp::kBor; break;
-    case c10d::ReduceOp::BXOR: args.op = shm::RedOp::kBxor; break;
+    case c10d::ReduceOp::SUM: args.op = core::RedOp::kSum; break;
+    case c10d::ReduceOp::AVG: args.op = core::RedOp::kAvg; break;
+    case c10d::ReduceOp::PRODUCT: args.op = core::RedOp::kProduct; break;
+    case c10d::ReduceOp::MIN: args.op = core::RedOp::kMin; break;
+    case c10d::ReduceOp::MAX: args.op = core::RedOp::kMax; break;
+    case c10d::ReduceOp::BAND: args.op = core::RedOp::kBand; break;
+    case c10d::ReduceOp::BOR: args.op = core::RedOp::kBor; break;
+    case c10d::ReduceOp::BXOR: args.op = core::RedOp::kBxor; break;
     case c10d::ReduceOp::PREMUL_SUM: {
-      args.op = shm::RedOp::kPremulSum;
+      args.op = core::RedOp::kPremulSum;
       auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(sup != nullptr, "PREMUL_SUM without a factor");
       args.factor = sup->tensor_factor.defined() ? sup->tensor_factor.to(at::kDouble).item<double>()
@@ -45,7 +45,7 @@ shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int wo
     }
     default: TORCH_CHECK(false, "unsupported reduce op ", int(op.op_));
   }
-  shm::checkReduceSupported(args.dtype, args.op);
+  kernels::checkReduceSupported(args.dtype, args.op);
   return args;
 }
 
@@ -68,7 +68,7 @@ void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* what) {
 
 at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>& blocks, int rank) {
   for (size_t p = 0; p < blocks.size(); ++p) {
-    if (int(p) != rank && overlaps(src, blocks[p])) {
+    if (int(p) != rank && engine::overlaps(src, blocks[p])) {
       return src.clone();
     }
   }
@@ -104,4 +104,4 @@ std::vector<at::Tensor> flatSlices(const at::Tensor& t, int count) {
   return slices;
 }
 
-}  // namespace tunedist::ops
+}  // namespace tunedist::cpu

@@ -13,12 +13,12 @@
 #include "core/types.h"
 #include "kernels/reduce.h"
 
-namespace tunedist::ops {
+namespace tunedist::cpu {
 
 // The engine's element type for a reduction; throws for a dtype the engine cannot reduce.
-shm::DType reduceDType(at::ScalarType type);
+core::DType reduceDType(at::ScalarType type);
 // ReduceOp (with its PREMUL_SUM factor) to the engine's arguments for `worldSize` ranks; throws if unsupported.
-shm::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize);
+kernels::ReduceArgs reduceArgs(const c10d::ReduceOp& op, at::ScalarType type, int worldSize);
 
 // A root rank inside the group.
 void checkRoot(int64_t root, int size);
@@ -27,10 +27,10 @@ void checkCpuDense(const at::Tensor& t, const char* what);
 // Same dtype and element count as `ref`; throws naming both.
 void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* what);
 // The engines' tensor helpers (backend/engine/tensors.h), under the names the entry points use.
-using tunedist::copyBack;
-using tunedist::overlaps;
-using tunedist::staged;
-using tunedist::tensorBytes;
+using tunedist::engine::copyBack;
+using tunedist::engine::overlaps;
+using tunedist::engine::staged;
+using tunedist::engine::tensorBytes;
 
 // `src`, or a copy of it when it overlaps the block of another rank in `blocks` (blocks[p] receives rank p's data),
 // so peers' data cannot overwrite it before it is sent. A source that is exactly our own block stays in place
@@ -41,4 +41,4 @@ at::Tensor unaliasedSource(const at::Tensor& src, const std::vector<at::Tensor>&
 // reduce-scatter input), aliasing t's bytes; cheap enough to make per call.
 std::vector<at::Tensor> flatSlices(const at::Tensor& t, int count);
 
-}  // namespace tunedist::ops
+}  // namespace tunedist::cpu

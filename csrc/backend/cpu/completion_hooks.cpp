@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 CompletionHooks::~CompletionHooks() { shutdown(); }
 
@@ -106,4 +106,4 @@ void CompletionHooks::shutdown() {
   }
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -25,7 +25,7 @@
 #include <optional>
 #include <thread>
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 // Made with std::make_shared: the WorkInfo hook's thread holds it.
 class CompletionHooks : public std::enable_shared_from_this<CompletionHooks> {
@@ -79,4 +79,4 @@ class CompletionHooks : public std::enable_shared_from_this<CompletionHooks> {
   std::map<int64_t, std::function<void(uint64_t, std::optional<float>)>> keyed_;
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

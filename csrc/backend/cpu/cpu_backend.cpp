@@ -11,7 +11,7 @@
 #include "shm/p2p/engine.h"
 #include "topology/host_discovery.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 CpuBackend::CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options)
     : c10d::Backend(rank, size), store_(store), options_(std::move(options)) {
@@ -21,11 +21,12 @@ CpuBackend::CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   heap_ = std::make_shared<shm::SymmetricHeap>(shm::HeapOptions::from(options_.shm),
                                                c10::str("rank ", rank, " of ", size));
   // One store write, no waiting: the engines are made at the first operation, once every rank's key is in.
-  discovery_ = std::make_unique<shm::HostDiscovery>(rendezvous_, rank, size, options_.shm);
-  discovery_->publish(shm::HostKey{shm::hostLabelFromEnv(), shm::shareableMemoryFingerprint(options_.shm.shmDir)});
+  discovery_ = std::make_unique<topology::HostDiscovery>(rendezvous_, rank, size, options_.shm);
+  discovery_->publish(topology::HostKey{topology::hostLabelFromEnv(),
+                                        topology::shareableMemoryFingerprint(options_.shm.shmDir)});
   Executor::Options executorOptions = options_.executor;
   executorOptions.inlineAsync = executorOptions.inlineAsync || size == 1;
-  executor_ = Executor::start(rank, executorOptions, [this](const shm::OpContext& ctx) { prepareCollective(ctx); });
+  executor_ = Executor::start(rank, executorOptions, [this](const core::OpContext& ctx) { prepareCollective(ctx); });
 }
 
 CpuBackend::~CpuBackend() { shutdown(); }
@@ -66,8 +67,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::endCoalescing() {
   return executor_->endCoalescing(effectiveTimeout(c10d::kUnsetTimeout));
 }
 
-CrossHostStats CpuBackend::crossHostStats() const {
-  return layoutReady_.load(std::memory_order_acquire) ? engine_->crossHostStats() : CrossHostStats{};
+engine::CrossHostStats CpuBackend::crossHostStats() const {
+  return layoutReady_.load(std::memory_order_acquire) ? engine_->crossHostStats() : engine::CrossHostStats{};
 }
 
 void CpuBackend::abort() {
@@ -85,4 +86,4 @@ void CpuBackend::shutdown() {
 
 bool CpuBackend::isShutDown() { return executor_->stopped(); }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -34,22 +34,23 @@
 #include "topology/host_topology.h"
 #include "tunedist/tunedist.h"
 
-namespace tunedist {
+namespace tunedist::topology {
+class HostDiscovery;
+}  // namespace tunedist::topology
+
+namespace tunedist::cpu {
 
 class StoreRendezvous;
-namespace shm {
-class HostDiscovery;
-}  // namespace shm
 
 class CpuBackend : public c10d::Backend {
  public:
   struct Options {
     std::chrono::milliseconds timeout = kDefaultTimeout;
-    shm::ShmOptions shm = shm::ShmOptions::fromEnv();
-    shm::CrossHostOptions crossHost = shm::CrossHostOptions::fromEnv();
+    core::ShmOptions shm = core::ShmOptions::fromEnv();
+    core::CrossHostOptions crossHost = core::CrossHostOptions::fromEnv();
     Executor::Options executor = Executor::Options::fromEnv();
     // Makes the gloo groups between hosts; only a group that spans several hosts calls it. Python sets it.
-    GlooFactory glooFactory;
+    engine::hier::GlooFactory glooFactory;
   };
 
   CpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
@@ -183,9 +184,9 @@ class CpuBackend : public c10d::Backend {
   // For statistics, read between operations: after a synchronous call or a Work's wait().
   const shm::ShmComm* hostComm() const;
   // The group's layout of hosts, found at its first operation (blocks until every rank has published its key).
-  const shm::HostLayout& hostLayout(std::chrono::steady_clock::time_point deadline);
+  const topology::HostLayout& hostLayout(std::chrono::steady_clock::time_point deadline);
   // Bytes and operations this rank handed to gloo; all zero on one host.
-  CrossHostStats crossHostStats() const;
+  engine::CrossHostStats crossHostStats() const;
 
   // Fails the group with `message` on behalf of a caller error found on this rank before any communication, so
   // the peers do not wait for us; then throws it. Names the op and rank.
@@ -204,9 +205,9 @@ class CpuBackend : public c10d::Backend {
                                         std::chrono::milliseconds timeout, size_t bytes, Body&& body);
 
   // Engines (engines.cpp).
-  void makeEngines(const shm::HostLayout& layout);
+  void makeEngines(const topology::HostLayout& layout);
   // Before a collective: the layout, verified by the probe once per group.
-  void prepareCollective(const shm::OpContext& ctx);
+  void prepareCollective(const core::OpContext& ctx);
   // Fails every engine that exists with `reason` (and, once they exist, the ones made later).
   void abortEngines(const std::string& reason);
 
@@ -216,24 +217,24 @@ class CpuBackend : public c10d::Backend {
   // Point-to-point (p2p.cpp).
   c10::intrusive_ptr<c10d::Work> startRecv(const at::Tensor& t, int srcRank, int tag);
   // The send/recv engine, once the group's layout is known (made with the collectives' engine).
-  HostP2p& p2pEngine();
+  engine::HostP2p& p2pEngine();
 
   c10::intrusive_ptr<c10d::Store> store_;
   Options options_;  // timeout under optionsMutex_
   mutable std::mutex optionsMutex_;
   std::shared_ptr<StoreRendezvous> rendezvous_;
-  std::unique_ptr<shm::HostDiscovery> discovery_;
+  std::unique_ptr<topology::HostDiscovery> discovery_;
   std::shared_ptr<Executor> executor_;
 
   std::mutex topoMutex_;
   std::atomic<bool> layoutReady_{false};
-  std::optional<shm::HostLayout> layout_;  // set once, under topoMutex_
-  bool verified_ = false;                  // collectives' thread only
+  std::optional<topology::HostLayout> layout_;  // set once, under topoMutex_
+  bool verified_ = false;                       // collectives' thread only
   std::string verifyError_;
   std::string pendingAbort_;  // an abort() before the engines existed, under topoMutex_
-  std::unique_ptr<HostCollectives> engine_;
+  std::unique_ptr<engine::HostCollectives> engine_;
   std::shared_ptr<shm::SymmetricHeap> heap_;
-  std::unique_ptr<HostP2p> p2p_;
+  std::unique_ptr<engine::HostP2p> p2p_;
   std::atomic<uint64_t> p2pSeq_{0};
   std::atomic<uint64_t> monitoredBarriers_{0};  // calls so far: each call's store keys carry its number
   std::function<void()> failureCallback_;
@@ -260,7 +261,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::launch(c10d::OpType type, const char*
                                                   std::chrono::milliseconds timeout, size_t bytes, Body&& body) {
   // The engine exists once prepareCollective has run, which the executor does before every body.
   auto work = executor_->launch(type, name, std::move(outputs), inputs, asyncOp, effectiveTimeout(timeout), bytes,
-                                [this, body = std::forward<Body>(body)](const shm::OpContext& ctx) mutable {
+                                [this, body = std::forward<Body>(body)](const core::OpContext& ctx) mutable {
                                   try {
                                     body(*engine_, ctx);
                                   } catch (...) {
@@ -287,4 +288,4 @@ void CpuBackend::guardCall(const char* op, F&& checks) {
   }
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -13,15 +13,15 @@
 #include "shm/p2p/engine.h"
 #include "topology/host_discovery.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
-const shm::HostLayout& CpuBackend::hostLayout(std::chrono::steady_clock::time_point deadline) {
+const topology::HostLayout& CpuBackend::hostLayout(std::chrono::steady_clock::time_point deadline) {
   if (layoutReady_.load(std::memory_order_acquire)) {
     return *layout_;
   }
   std::lock_guard<std::mutex> lock(topoMutex_);
   if (!layoutReady_.load(std::memory_order_relaxed)) {
-    shm::HostLayout layout = discovery_->proposeLayout(deadline);
+    topology::HostLayout layout = discovery_->proposeLayout(deadline);
     makeEngines(layout);
     layout_ = std::move(layout);
     layoutReady_.store(true, std::memory_order_release);
@@ -35,13 +35,14 @@ const shm::HostLayout& CpuBackend::hostLayout(std::chrono::steady_clock::time_po
 
 // The one place that chooses the engine: SymmetricHost (zero-copy on symmetric buffers, OneHost's copying
 // algorithms otherwise) when every rank shares this host, HierHost otherwise.
-void CpuBackend::makeEngines(const shm::HostLayout& layout) {
+void CpuBackend::makeEngines(const topology::HostLayout& layout) {
   const Options options = this->options();
   if (layout.oneHost()) {
     // Every rank, the group's own store keys.
-    engine_ = std::make_unique<SymmetricHost>(std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_, options.shm,
-                                                                             heap_));
-    p2p_ = std::make_unique<OneHostP2p>(std::make_unique<shm::P2pEngine>(rendezvous_, rank_, size_, options.shm));
+    engine_ = std::make_unique<engine::SymmetricHost>(std::make_unique<shm::ShmComm>(rendezvous_, rank_, size_,
+                                                                                     options.shm, heap_));
+    p2p_ = std::make_unique<engine::OneHostP2p>(std::make_unique<shm::p2p::P2pEngine>(rendezvous_, rank_, size_,
+                                                                                      options.shm));
     return;
   }
   // Several hosts: collectives copy, so nobody maps this rank's heap chunks; their names can go now.
@@ -49,18 +50,17 @@ void CpuBackend::makeEngines(const shm::HostLayout& layout) {
   const int host = layout.hostOf[size_t(rank_)];
   const int local = layout.localRankOf[size_t(rank_)];
   const int localSize = int(layout.hosts[size_t(host)].size());
-  auto hostStore = c10::make_intrusive<c10d::PrefixStore>(keys::hostPrefix(host), store_);
+  auto hostStore = c10::make_intrusive<c10d::PrefixStore>(core::keys::hostPrefix(host), store_);
   auto hostRendezvous = std::make_shared<StoreRendezvous>(hostStore);
-  auto cross = std::make_shared<CrossHost>(store_, rank_, layout, options.glooFactory, options.timeout);
-  engine_ = std::make_unique<HierHost>(cross,
-                                       std::make_unique<shm::ShmComm>(hostRendezvous, local, localSize, options.shm),
-                                       options.crossHost);
-  p2p_ = std::make_unique<hier::HierP2p>(rank_, std::move(cross),
-                                         std::make_unique<shm::P2pEngine>(hostRendezvous, local, localSize,
-                                                                          options.shm));
+  auto cross = std::make_shared<engine::hier::CrossHost>(store_, rank_, layout, options.glooFactory, options.timeout);
+  engine_ = std::make_unique<engine::hier::HierHost>(
+      cross, std::make_unique<shm::ShmComm>(hostRendezvous, local, localSize, options.shm), options.crossHost);
+  p2p_ = std::make_unique<engine::hier::HierP2p>(rank_, std::move(cross),
+                                                 std::make_unique<shm::p2p::P2pEngine>(hostRendezvous, local, localSize,
+                                                                                       options.shm));
 }
 
-void CpuBackend::prepareCollective(const shm::OpContext& ctx) {
+void CpuBackend::prepareCollective(const core::OpContext& ctx) {
   if (verified_) {
     return;
   }
@@ -106,9 +106,9 @@ const shm::ShmComm* CpuBackend::hostComm() const {
   return layoutReady_.load(std::memory_order_acquire) ? &engine_->hostComm() : nullptr;
 }
 
-HostP2p& CpuBackend::p2pEngine() {
+engine::HostP2p& CpuBackend::p2pEngine() {
   hostLayout(std::chrono::steady_clock::now() + effectiveTimeout(c10d::kUnsetTimeout));
   return *p2p_;
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -5,7 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 void CpuBackend::addEphemeralTimeout(const std::chrono::milliseconds& extra) {
   if (extra.count() <= 0) {
@@ -41,4 +41,4 @@ std::chrono::milliseconds CpuBackend::ephemeralLocked() const {
   return sum;
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -13,7 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 // Each worker thread holds the executor: a worker that outlives shutdown() (detached because it dropped the last
 // reference to the backend from inside a callback) still finds its executor when the callback returns.
@@ -26,16 +26,16 @@ std::shared_ptr<Executor> Executor::start(int rank, Options options, Prepare pre
 
 Executor::Options Executor::Options::fromEnv() {
   Options o;
-  if (auto v = envString("TUNEDIST_WORKER_SCHED")) {
+  if (auto v = core::envString("TUNEDIST_WORKER_SCHED")) {
     TD_CHECK(*v == "batch" || *v == "normal", "tunedist: TUNEDIST_WORKER_SCHED must be batch or normal, got '", *v,
              "'");
     o.batchWorker = *v == "batch";
   }
-  if (auto v = envString("TUNEDIST_SYNC_WORK")) {
+  if (auto v = core::envString("TUNEDIST_SYNC_WORK")) {
     TD_CHECK(*v == "inline-none" || *v == "always", "tunedist: TUNEDIST_SYNC_WORK must be inline-none or always, got '",
              *v, "'");
     o.syncReturnsWork = *v == "always";
-  } else if (auto fr = envString("TUNEDIST_FLIGHT_RECORDER")) {
+  } else if (auto fr = core::envString("TUNEDIST_FLIGHT_RECORDER")) {
     // torch's flight-recorder hook (which `import tunedist` attaches only under this variable, as
     // tunedist.flight_recorder_enabled() reads it) closes a call's entry in its post-hook only when the call returned
     // a Work: without one, every synchronous call would sit in its dumps as never finished, as a hung one does.
@@ -63,10 +63,10 @@ Executor::~Executor() { shutdown(); }
 
 void Executor::noteFailure(const std::exception& e) {
   c10d::ErrorType kind = c10d::ErrorType::COMM_ERROR;
-  switch (failureKindOf(e)) {
-    case FailureKind::kTimeout: kind = c10d::ErrorType::TIMEOUT; break;
-    case FailureKind::kPeerDead: kind = c10d::ErrorType::REMOTE_ERROR; break;
-    case FailureKind::kError: break;
+  switch (core::failureKindOf(e)) {
+    case core::FailureKind::kTimeout: kind = c10d::ErrorType::TIMEOUT; break;
+    case core::FailureKind::kPeerDead: kind = c10d::ErrorType::REMOTE_ERROR; break;
+    case core::FailureKind::kError: break;
   }
   int none = int(c10d::ErrorType::SUCCESS);
   error_.compare_exchange_strong(none, int(kind), std::memory_order_acq_rel);
@@ -116,10 +116,10 @@ void Executor::enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body bod
   queue_.push_back(Item{work, std::move(body), timeout, name, issue});
 }
 
-shm::OpContext Executor::contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout) {
+core::OpContext Executor::contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout) {
   // Messages name the op as users call it ("all_reduce"), not by its profiler title ("tuned:all_reduce").
   const char* opName = std::string_view(name).substr(0, 6) == "tuned:" ? name + 6 : name;
-  return shm::OpContext{opName, seq, std::chrono::steady_clock::now() + timeout};
+  return core::OpContext{opName, seq, std::chrono::steady_clock::now() + timeout};
 }
 
 void Executor::finishRun(TunedWork& work, std::exception_ptr error) {
@@ -255,7 +255,7 @@ c10::intrusive_ptr<c10d::Work> Executor::endCoalescing(std::chrono::milliseconds
     }
   }
   return launch(c10d::OpType::COALESCED, "tuned:coalesced", outputs, {}, true, timeout, 0,
-                [works](const shm::OpContext& ctx) {
+                [works](const core::OpContext& ctx) {
                   for (const auto& w : works) {
                     w->wait(std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline -
                                                                                   std::chrono::steady_clock::now()));
@@ -292,8 +292,8 @@ void Executor::shutdown() {
   }
   for (auto& item : orphans) {
     settle(*item.work,
-           std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
-                                                  ": the process group was destroyed while it was queued"))));
+           std::make_exception_ptr(core::Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
+                                                        ": the process group was destroyed while it was queued"))));
   }
   for (auto& t : threads) {
     if (!t.joinable()) {
@@ -314,12 +314,12 @@ void Executor::shutdown() {
     unrun.swap(queue_);
   }
   for (auto& item : unrun) {
-    settle(*item.work,
-           std::make_exception_ptr(Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
-                                                  ": the process group was shut down or aborted before it ran"))));
+    settle(*item.work, std::make_exception_ptr(
+                           core::Error(c10::str("tunedist: ", item.name, " on rank ", rank_,
+                                                ": the process group was shut down or aborted before it ran"))));
   }
   // Every operation has finished or failed: the WorkInfo hook runs for what was reported, then its thread ends.
   hooks_->shutdown();
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -37,13 +37,13 @@
 #include "backend/cpu/work.h"
 #include "core/op_context.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 class Executor : public std::enable_shared_from_this<Executor> {
  public:
   // What one operation runs on the worker (or inline); gets the operation's context with its deadline.
-  using Body = std::function<void(const shm::OpContext&)>;
-  using Prepare = std::function<void(const shm::OpContext&)>;
+  using Body = std::function<void(const core::OpContext&)>;
+  using Prepare = std::function<void(const core::OpContext&)>;
 
   struct Options {
     // Synchronous calls up to this many bytes may run inline on the caller's thread when nothing is queued.
@@ -153,7 +153,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void enqueueLocked(const c10::intrusive_ptr<TunedWork>& work, Body body, std::chrono::milliseconds timeout,
                      const char* name, const Issue& issue);
   // The context an operation runs with: its name as users call it, its sequence number and deadline.
-  static shm::OpContext contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout);
+  static core::OpContext contextFor(uint64_t seq, const char* name, std::chrono::milliseconds timeout);
   // Runs `prepare` and then the operation's body (queued or inline) without the lock; returns its failure, if any.
   // Reports a success to the completion hooks when `issue` was stamped.
   template <typename F>
@@ -246,7 +246,7 @@ bool Executor::runNow(const char* name, std::chrono::milliseconds timeout, size_
 template <typename F>
 std::exception_ptr Executor::runBody(uint64_t seq, const char* name, std::chrono::milliseconds timeout, F& body,
                                      const Issue& issue) {
-  const shm::OpContext ctx = contextFor(seq, name, timeout);
+  const core::OpContext ctx = contextFor(seq, name, timeout);
   const bool followed = issue.issued != Clock::time_point{};
   const Clock::time_point started = followed ? Clock::now() : Clock::time_point{};
   try {
@@ -262,4 +262,4 @@ std::exception_ptr Executor::runBody(uint64_t seq, const char* name, std::chrono
   return nullptr;
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -4,17 +4,17 @@
 #include "backend/cpu/checks.h"
 #include "backend/cpu/cpu_backend.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 c10::intrusive_ptr<c10d::Work> CpuBackend::gatherSingle(at::Tensor& output, at::Tensor& input,
                                                         const c10d::GatherOptions& opts) {
   constexpr const char* kOp = "gather_single";
   const int root = int(opts.rootRank);
   guardCall(kOp, [&] {
-    ops::checkRoot(opts.rootRank, size_);
-    ops::checkCpuDense(input, "the input");
+    cpu::checkRoot(opts.rootRank, size_);
+    cpu::checkCpuDense(input, "the input");
     if (rank_ == root) {
-      ops::checkCpuDense(output, "the output");
+      cpu::checkCpuDense(output, "the output");
       // As torch's NCCL backends: only the element count is checked (a flat or a stacked output), and the output
       // must be contiguous (a strided view raises instead of being staged).
       TORCH_CHECK(output.is_contiguous(), "the output on the root (rank ", root, ") must be contiguous");
@@ -26,14 +26,14 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::gatherSingle(at::Tensor& output, at::
   });
   at::Tensor in = input;
   // Only the root's output is written; elsewhere torch passes an empty placeholder.
-  std::vector<at::Tensor> outs = rank_ == root ? ops::flatSlices(output, size_) : std::vector<at::Tensor>{};
+  std::vector<at::Tensor> outs = rank_ == root ? cpu::flatSlices(output, size_) : std::vector<at::Tensor>{};
   std::vector<at::Tensor> workOutputs = rank_ == root ? std::vector<at::Tensor>{output} : std::vector<at::Tensor>{};
   const int rank = rank_;
   return launch(c10d::OpType::GATHER, "tuned:gather_single", std::move(workOutputs), {input}, opts.asyncOp,
-                opts.timeout, ops::tensorBytes(in),
-                [in, outs, root, rank](HostCollectives& engine, const shm::OpContext& ctx) {
-                  engine.gather(ctx, ops::unaliasedSource(ops::staged(in), outs, rank), outs, root);
+                opts.timeout, cpu::tensorBytes(in),
+                [in, outs, root, rank](engine::HostCollectives& engine, const core::OpContext& ctx) {
+                  engine.gather(ctx, cpu::unaliasedSource(cpu::staged(in), outs, rank), outs, root);
                 });
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

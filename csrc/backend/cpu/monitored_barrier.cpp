@@ -35,7 +35,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -242,4 +242,4 @@ void CpuBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAll
   }
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

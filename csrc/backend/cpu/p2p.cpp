@@ -14,7 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/engine/host_p2p.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 namespace {
 
 constexpr const char* kSend = "send";
@@ -32,7 +32,7 @@ void checkP2pCall(int rank, int size, const char* op, F&& checks) {
 
 void checkTensors(const std::vector<at::Tensor>& tensors) {
   TORCH_CHECK(tensors.size() == 1, "expects exactly one tensor, got ", tensors.size());
-  ops::checkCpuDense(tensors[0], "the tensor");
+  cpu::checkCpuDense(tensors[0], "the tensor");
 }
 
 void checkPeer(int peer, int rank, int size, const char* role) {
@@ -43,7 +43,7 @@ void checkPeer(int peer, int rank, int size, const char* role) {
 
 // Completes `work` from the engine's callback; `finish` (may be empty) runs first on success, e.g. to copy a
 // staged receive back into the caller's tensor.
-HostP2p::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish) {
+engine::HostP2p::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish) {
   return [work = std::move(work), setSource, finish = std::move(finish)](std::exception_ptr error, int peer) {
     if (error == nullptr && finish) {
       try {
@@ -96,7 +96,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int sr
   } else {
     copyBack = [staged] {};  // keeps the tensor's storage alive until the bytes are in
   }
-  HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
+  engine::HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   post(work, [&] { engine.irecv(srcRank, tag, staged, deadline, completion(work, true, std::move(copyBack))); });
   return work;
@@ -110,13 +110,13 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors
   const at::Tensor& t = tensors[0];
   // Sent from the caller's memory when it is contiguous (the caller must leave it alone until the Work
   // completes, as with every backend); otherwise from a contiguous copy made now.
-  at::Tensor staged = ops::staged(t.resolve_conj().resolve_neg());
+  at::Tensor staged = cpu::staged(t.resolve_conj().resolve_neg());
   const auto timeout = effectiveTimeout(c10d::kUnsetTimeout);
   auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::SEND, "tuned:send", ++p2pSeq_,
                                              std::vector<at::Tensor>{t}, tensors, timeout);
   executor_->trackWork(work);
   // The callback holds `staged`, so a copy lives until its bytes are out.
-  HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
+  engine::HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   post(work, [&] { engine.isend(dstRank, tag, staged, deadline, completion(work, false, [staged] {})); });
   return work;
@@ -135,4 +135,4 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::recvAnysource(std::vector<at::Tensor>
   return startRecv(tensors[0], -1, tag);
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

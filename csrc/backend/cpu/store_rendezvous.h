@@ -12,9 +12,9 @@
 #include "core/error.h"
 #include "core/rendezvous.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
-class StoreRendezvous : public Rendezvous {
+class StoreRendezvous : public core::Rendezvous {
  public:
   explicit StoreRendezvous(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
 
@@ -30,8 +30,8 @@ class StoreRendezvous : public Rendezvous {
     auto pause = std::chrono::microseconds(200);
     while (!check(key)) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        throw tunedist::TimeoutError("tunedist: Timed out after " + std::to_string(timeout.count()) +
-                                     " ms waiting for key '" + key + "' to appear in the process group's store");
+        throw tunedist::core::TimeoutError("tunedist: Timed out after " + std::to_string(timeout.count()) +
+                                           " ms waiting for key '" + key + "' to appear in the process group's store");
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(20000));
@@ -43,8 +43,8 @@ class StoreRendezvous : public Rendezvous {
   // Throws once the group was aborted: every wait on the store (finding the hosts, a segment's name) polls it.
   bool check(const std::string& key) override {
     if (aborted_.load(std::memory_order_relaxed)) {
-      throw tunedist::Error("tunedist: the process group was aborted while it waited for key '" + key +
-                            "' in its store");
+      throw tunedist::core::Error("tunedist: the process group was aborted while it waited for key '" + key +
+                                  "' in its store");
     }
     return store_->check({key});
   }
@@ -57,4 +57,4 @@ class StoreRendezvous : public Rendezvous {
   std::atomic<bool> aborted_{false};
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

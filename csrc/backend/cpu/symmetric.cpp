@@ -2,7 +2,7 @@
 // who call collectives on their own buffers (tunedist.symmetric_empty).
 #include "backend/cpu/cpu_backend.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 at::Tensor CpuBackend::allocateTensor(long size, at::TensorOptions options) {
   constexpr const char* kOp = "allocate_tensor";
@@ -37,4 +37,4 @@ bool CpuBackend::isSymmetric(const at::Tensor& t) const {
   return heap_->locate(first, size_t(hi - lo + 1) * t.element_size(), &ref);
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -7,7 +7,7 @@
 
 #include "core/sync.h"
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 // c10d::Work's constructor allocates a RecordFunction whenever it is given a title, profiling or not, and reads the
 // inputs only for the profiler's shapes: a Work hands both over only while this thread has profiler callbacks.
@@ -58,7 +58,7 @@ bool TunedWork::wait(std::chrono::milliseconds timeout) {
   const auto pollUntil = start + std::chrono::microseconds(200);
   for (auto now = start; !finished() && now < pollUntil; now = std::chrono::steady_clock::now()) {
     if (now < spinUntil) {
-      shm::cpuRelax();
+      core::cpuRelax();
     } else {
       sched_yield();
     }
@@ -141,4 +141,4 @@ void TunedWork::completeWithError(std::exception_ptr error) {
   finish(error);
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -14,10 +14,10 @@
 #include <mutex>
 #include <vector>
 
-namespace tunedist {
+namespace tunedist::cpu {
 
 // An operation's failure as its Work (and torch.ops.tunedist.all_reduce_) hands it to users: engine failures
-// (tunedist::Error and its TimeoutError/PeerDeadError) become c10::DistBackendError, which Python raises as
+// (tunedist::core::Error and its TimeoutError/PeerDeadError) become c10::DistBackendError, which Python raises as
 // torch.distributed.DistBackendError (a RuntimeError), as it does for gloo's and NCCL's failures; the message keeps
 // the op, sequence number, ranks and cause. Errors that are already c10 errors stay as they are.
 std::exception_ptr asDistBackendError(std::exception_ptr error);
@@ -72,4 +72,4 @@ class TunedWork : public c10d::Work {
   std::function<void(const TunedWork&)> helper_;
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::cpu

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-namespace tunedist {
+namespace tunedist::cuda {
 
 struct DeviceScan {
   bool cpu = false;
@@ -42,4 +42,4 @@ struct DeviceScan {
   }
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::cuda

@@ -11,7 +11,7 @@
 
 #include "backend/cuda/nccl_side.h"
 
-namespace tunedist {
+namespace tunedist::cuda {
 namespace {
 
 // torch::cuda::nccl::version() packs the NCCL version torch was compiled with as major << 32 | minor << 16 | patch.
@@ -62,4 +62,4 @@ c10::intrusive_ptr<c10d::Backend> createNcclBackend(const c10::intrusive_ptr<c10
   return backend;
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cuda

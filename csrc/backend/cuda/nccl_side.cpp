@@ -4,7 +4,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-namespace tunedist {
+namespace tunedist::cuda {
 
 #ifndef TUNEDIST_WITH_NCCL
 // A CPU-only build (TUNEDIST_USE_NCCL=OFF): nccl_factory.cpp is not compiled, and NcclSide::get refuses first.
@@ -108,4 +108,4 @@ void NcclSide::close(void (c10d::Backend::*action)()) {
   }
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::cuda

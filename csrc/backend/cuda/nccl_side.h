@@ -20,7 +20,7 @@
 
 #include "tunedist/tunedist.h"
 
-namespace tunedist {
+namespace tunedist::cuda {
 
 // Facts about the NCCL side of this build, for logs and tests.
 struct NcclBuildInfo {
@@ -79,4 +79,4 @@ c10::intrusive_ptr<c10d::Backend> createNcclBackend(const c10::intrusive_ptr<c10
                                                     std::chrono::milliseconds timeout, const std::string& groupUid,
                                                     const std::optional<at::Device>& boundDevice);
 
-}  // namespace tunedist
+}  // namespace tunedist::cuda

@@ -1,8 +1,8 @@
 // HostP2p: the engine interface of the CPU side's send and recv, beside HostCollectives. Ranks are the group's; each
 // call only queues the transfer, and `done` runs once on an engine thread when it has finished.
 //
-// Implementations, chosen once with the collectives' engine (CpuBackend::makeEngines):
-//   OneHostP2p (engine/one_host_p2p.h)  every rank on this host: shared-memory rings (shm::P2pEngine).
+// Implementations, chosen once with the collectives' engine (cpu::CpuBackend::makeEngines):
+//   OneHostP2p (engine/one_host_p2p.h)  every rank on this host: shared-memory rings (shm::p2p::P2pEngine).
 //   HierP2p    (engine/hier/hier_p2p.h) several hosts: the rings for peers on this host, gloo pairs for the others.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <functional>
 #include <string>
 
-namespace tunedist {
+namespace tunedist::engine {
 
 class HostP2p {
  public:
@@ -30,4 +30,4 @@ class HostP2p {
   virtual void abort(const std::string& reason) = 0;
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

@@ -2,7 +2,7 @@
 
 #include "backend/engine/tensors.h"
 
-namespace tunedist {
+namespace tunedist::engine {
 namespace {
 
 // One pointer per rank into `blocks`; null where a rank has no block (a gather's or scatter's non-root).
@@ -17,35 +17,36 @@ std::vector<Ptr> pointers(const std::vector<at::Tensor>& blocks, int size) {
 
 }  // namespace
 
-void OneHost::allreduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args) {
+void OneHost::allreduce(const core::OpContext& ctx, const at::Tensor& t, const kernels::ReduceArgs& args) {
   comm_->allreduce(ctx, t.data_ptr(), t.data_ptr(), size_t(t.numel()), args);
 }
 
-void OneHost::broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) {
+void OneHost::broadcast(const core::OpContext& ctx, const at::Tensor& t, int root) {
   comm_->broadcast(ctx, t.data_ptr(), tensorBytes(t), root);
 }
 
-void OneHost::reduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args, int root) {
+void OneHost::reduce(const core::OpContext& ctx, const at::Tensor& t, const kernels::ReduceArgs& args, int root) {
   comm_->reduce(ctx, t.data_ptr(), t.data_ptr(), size_t(t.numel()), args, root);
 }
 
-void OneHost::allgather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
+void OneHost::allgather(const core::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
   comm_->allgather(ctx, in.data_ptr(), tensorBytes(in), pointers<void*>(blocks, comm_->size()).data());
 }
 
-void OneHost::gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks, int root) {
+void OneHost::gather(const core::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
+                     int root) {
   comm_->gather(ctx, in.data_ptr(), tensorBytes(in), pointers<void*>(blocks, comm_->size()).data(), root);
 }
 
-void OneHost::scatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+void OneHost::scatter(const core::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
                       int root) {
   comm_->scatter(ctx, pointers<const void*>(blocks, comm_->size()).data(), out.data_ptr(), tensorBytes(out), root);
 }
 
 // The engine reads every block while it writes `out`: a block that overlaps `out` is read from a copy, except our
 // own block when it is exactly `out` (the engine's element-wise reduce allows that, checked by pointer equality).
-void OneHost::reduceScatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
-                            const shm::ReduceArgs& args) {
+void OneHost::reduceScatter(const core::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+                            const kernels::ReduceArgs& args) {
   std::vector<at::Tensor> staged;
   std::vector<const void*> ptrs;
   staged.reserve(blocks.size());
@@ -53,18 +54,18 @@ void OneHost::reduceScatter(const shm::OpContext& ctx, const std::vector<at::Ten
     const bool exactOwn = int(p) == comm_->rank() && blocks[p].data_ptr() == out.data_ptr() &&
                           blocks[p].is_contiguous();
     const bool clash = !exactOwn && overlaps(blocks[p], out);
-    staged.push_back(clash ? blocks[p].contiguous().clone() : tunedist::staged(blocks[p]));
+    staged.push_back(clash ? blocks[p].contiguous().clone() : tunedist::engine::staged(blocks[p]));
     ptrs.push_back(staged.back().data_ptr());
   }
   comm_->reduceScatter(ctx, ptrs.data(), out.data_ptr(), size_t(out.numel()), args);
 }
 
-void OneHost::alltoallv(const shm::OpContext& ctx, const std::vector<const void*>& sends,
+void OneHost::alltoallv(const core::OpContext& ctx, const std::vector<const void*>& sends,
                         const std::vector<size_t>& sendBytes, const std::vector<void*>& recvs,
                         const std::vector<size_t>& recvBytes) {
   comm_->alltoallv(ctx, sends.data(), sendBytes.data(), recvs.data(), recvBytes.data());
 }
 
-void OneHost::barrier(const shm::OpContext& ctx) { comm_->barrier(ctx); }
+void OneHost::barrier(const core::OpContext& ctx) { comm_->barrier(ctx); }
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

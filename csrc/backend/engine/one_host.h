@@ -6,25 +6,26 @@
 
 #include "backend/engine/host_collectives.h"
 
-namespace tunedist {
+namespace tunedist::engine {
 
 class OneHost final : public HostCollectives {
  public:
   explicit OneHost(std::unique_ptr<shm::ShmComm> comm) : comm_(std::move(comm)) {}
 
-  void allreduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args) override;
-  void broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) override;
-  void reduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args, int root) override;
-  void allgather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) override;
-  void gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
+  void allreduce(const core::OpContext& ctx, const at::Tensor& t, const kernels::ReduceArgs& args) override;
+  void broadcast(const core::OpContext& ctx, const at::Tensor& t, int root) override;
+  void reduce(const core::OpContext& ctx, const at::Tensor& t, const kernels::ReduceArgs& args, int root) override;
+  void allgather(const core::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) override;
+  void gather(const core::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
               int root) override;
-  void scatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+  void scatter(const core::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
                int root) override;
-  void reduceScatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
-                     const shm::ReduceArgs& args) override;
-  void alltoallv(const shm::OpContext& ctx, const std::vector<const void*>& sends, const std::vector<size_t>& sendBytes,
-                 const std::vector<void*>& recvs, const std::vector<size_t>& recvBytes) override;
-  void barrier(const shm::OpContext& ctx) override;
+  void reduceScatter(const core::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+                     const kernels::ReduceArgs& args) override;
+  void alltoallv(const core::OpContext& ctx, const std::vector<const void*>& sends,
+                 const std::vector<size_t>& sendBytes, const std::vector<void*>& recvs,
+                 const std::vector<size_t>& recvBytes) override;
+  void barrier(const core::OpContext& ctx) override;
 
   void abort(const std::string& reason) override { comm_->abort(reason); }
   size_t reservedShmBytes() const override { return comm_->reservedBytes(); }
@@ -34,4 +35,4 @@ class OneHost final : public HostCollectives {
   std::unique_ptr<shm::ShmComm> comm_;
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

@@ -2,7 +2,7 @@
 
 #include "backend/engine/tensors.h"
 
-namespace tunedist {
+namespace tunedist::engine {
 
 void OneHostP2p::isend(int dst, int tag, const at::Tensor& data, Clock::time_point deadline, Done done) {
   engine_->isend(dst, tag, data.data_ptr(), tensorBytes(data), deadline, std::move(done));
@@ -12,4 +12,4 @@ void OneHostP2p::irecv(int src, int tag, const at::Tensor& data, Clock::time_poi
   engine_->irecv(src, tag, data.data_ptr(), tensorBytes(data), deadline, std::move(done));
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

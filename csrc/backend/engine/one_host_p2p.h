@@ -1,5 +1,5 @@
 // OneHostP2p: the HostP2p of a group whose ranks all share this host, over the shared-memory rings of
-// shm::P2pEngine. Its ranks are the group's.
+// shm::p2p::P2pEngine. Its ranks are the group's.
 #pragma once
 
 #include <memory>
@@ -7,18 +7,18 @@
 #include "backend/engine/host_p2p.h"
 #include "shm/p2p/engine.h"
 
-namespace tunedist {
+namespace tunedist::engine {
 
 class OneHostP2p final : public HostP2p {
  public:
-  explicit OneHostP2p(std::unique_ptr<shm::P2pEngine> engine) : engine_(std::move(engine)) {}
+  explicit OneHostP2p(std::unique_ptr<shm::p2p::P2pEngine> engine) : engine_(std::move(engine)) {}
 
   void isend(int dst, int tag, const at::Tensor& data, Clock::time_point deadline, Done done) override;
   void irecv(int src, int tag, const at::Tensor& data, Clock::time_point deadline, Done done) override;
   void abort(const std::string& reason) override { engine_->abort(reason); }
 
  private:
-  std::unique_ptr<shm::P2pEngine> engine_;
+  std::unique_ptr<shm::p2p::P2pEngine> engine_;
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

@@ -2,7 +2,7 @@
 
 #include "backend/engine/tensors.h"
 
-namespace tunedist {
+namespace tunedist::engine {
 
 SymmetricHost::SymmetricHost(std::unique_ptr<shm::ShmComm> comm)
     : zeroCopy_(comm->zeroCopy()),
@@ -21,7 +21,7 @@ bool SymmetricHost::consecutive(const std::vector<at::Tensor>& blocks, size_t by
   return base != nullptr;
 }
 
-void SymmetricHost::allreduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args) {
+void SymmetricHost::allreduce(const core::OpContext& ctx, const at::Tensor& t, const kernels::ReduceArgs& args) {
   shm::HeapRef ref;
   if (zeroCopy(t.data_ptr(), tensorBytes(t), &ref, minBytes_)) {
     zeroCopy_->allreduce(ctx, t.data_ptr(), ref, size_t(t.numel()), args);
@@ -30,7 +30,7 @@ void SymmetricHost::allreduce(const shm::OpContext& ctx, const at::Tensor& t, co
   }
 }
 
-void SymmetricHost::broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) {
+void SymmetricHost::broadcast(const core::OpContext& ctx, const at::Tensor& t, int root) {
   shm::HeapRef ref;
   if (zeroCopy(t.data_ptr(), tensorBytes(t), &ref, broadcastMinBytes_)) {
     zeroCopy_->broadcast(ctx, t.data_ptr(), ref, tensorBytes(t), root);
@@ -39,7 +39,7 @@ void SymmetricHost::broadcast(const shm::OpContext& ctx, const at::Tensor& t, in
   }
 }
 
-void SymmetricHost::allgather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
+void SymmetricHost::allgather(const core::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
   const size_t bytes = tensorBytes(in);
   shm::HeapRef ref;
   if (consecutive(blocks, bytes) && zeroCopy(blocks[0].data_ptr(), bytes * blocks.size(), &ref, minBytes_)) {
@@ -49,8 +49,8 @@ void SymmetricHost::allgather(const shm::OpContext& ctx, const at::Tensor& in, c
   }
 }
 
-void SymmetricHost::reduceScatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks,
-                                  const at::Tensor& out, const shm::ReduceArgs& args) {
+void SymmetricHost::reduceScatter(const core::OpContext& ctx, const std::vector<at::Tensor>& blocks,
+                                  const at::Tensor& out, const kernels::ReduceArgs& args) {
   const size_t bytes = tensorBytes(out);
   shm::HeapRef ref;
   // The output may be our own block of the input (no peer reads it), but no other part of the input.
@@ -66,4 +66,4 @@ void SymmetricHost::reduceScatter(const shm::OpContext& ctx, const std::vector<a
   }
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

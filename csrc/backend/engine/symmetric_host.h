@@ -13,33 +13,34 @@
 #include "shm/heap.h"
 #include "shm/zero_copy/zero_copy.h"
 
-namespace tunedist {
+namespace tunedist::engine {
 
 class SymmetricHost final : public HostCollectives {
  public:
   explicit SymmetricHost(std::unique_ptr<shm::ShmComm> comm);
 
-  void allreduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args) override;
-  void broadcast(const shm::OpContext& ctx, const at::Tensor& t, int root) override;
-  void reduce(const shm::OpContext& ctx, const at::Tensor& t, const shm::ReduceArgs& args, int root) override {
+  void allreduce(const core::OpContext& ctx, const at::Tensor& t, const kernels::ReduceArgs& args) override;
+  void broadcast(const core::OpContext& ctx, const at::Tensor& t, int root) override;
+  void reduce(const core::OpContext& ctx, const at::Tensor& t, const kernels::ReduceArgs& args, int root) override {
     copying_.reduce(ctx, t, args, root);
   }
-  void allgather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) override;
-  void gather(const shm::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
+  void allgather(const core::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks) override;
+  void gather(const core::OpContext& ctx, const at::Tensor& in, const std::vector<at::Tensor>& blocks,
               int root) override {
     copying_.gather(ctx, in, blocks, root);
   }
-  void scatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+  void scatter(const core::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
                int root) override {
     copying_.scatter(ctx, blocks, out, root);
   }
-  void reduceScatter(const shm::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
-                     const shm::ReduceArgs& args) override;
-  void alltoallv(const shm::OpContext& ctx, const std::vector<const void*>& sends, const std::vector<size_t>& sendBytes,
-                 const std::vector<void*>& recvs, const std::vector<size_t>& recvBytes) override {
+  void reduceScatter(const core::OpContext& ctx, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+                     const kernels::ReduceArgs& args) override;
+  void alltoallv(const core::OpContext& ctx, const std::vector<const void*>& sends,
+                 const std::vector<size_t>& sendBytes, const std::vector<void*>& recvs,
+                 const std::vector<size_t>& recvBytes) override {
     copying_.alltoallv(ctx, sends, sendBytes, recvs, recvBytes);
   }
-  void barrier(const shm::OpContext& ctx) override { copying_.barrier(ctx); }
+  void barrier(const core::OpContext& ctx) override { copying_.barrier(ctx); }
 
   void abort(const std::string& reason) override { copying_.abort(reason); }
   size_t reservedShmBytes() const override { return copying_.reservedShmBytes(); }
@@ -55,11 +56,11 @@ class SymmetricHost final : public HostCollectives {
   static bool consecutive(const std::vector<at::Tensor>& blocks, size_t bytes);
 
   // The copying engine's communicator's zero-copy collectives (null without a heap).
-  shm::ZeroCopyCollectives* zeroCopy_;
+  shm::zero_copy::ZeroCopyCollectives* zeroCopy_;
   int rank_;
   size_t minBytes_;           // ShmOptions::symmetricMinBytesFor(ranks)
   size_t broadcastMinBytes_;  // ShmOptions::symmetricBroadcastMinBytesFor(ranks)
   OneHost copying_;
 };
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace tunedist {
+namespace tunedist::engine {
 
 size_t tensorBytes(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
 
@@ -27,4 +27,4 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-namespace tunedist {
+namespace tunedist::engine {
 
 size_t tensorBytes(const at::Tensor& t);
 // True if the storage bytes of `a` and `b` overlap.
@@ -20,4 +20,4 @@ inline void copyBack(const at::Tensor& t, const at::Tensor& s) {
   }
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::engine

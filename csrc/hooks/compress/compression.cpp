@@ -21,8 +21,8 @@ void checkPair(const at::Tensor& lowp, const at::Tensor& wide, const char* op) {
   TORCH_CHECK(lowp.device() == wide.device(), "tunedist.hooks.", op, ": tensors on different devices");
 }
 
-shm::LowPrecision lowPrecision(at::ScalarType dtype) {
-  return dtype == at::kHalf ? shm::LowPrecision::kFloat16 : shm::LowPrecision::kBFloat16;
+kernels::LowPrecision lowPrecision(at::ScalarType dtype) {
+  return dtype == at::kHalf ? kernels::LowPrecision::kFloat16 : kernels::LowPrecision::kBFloat16;
 }
 
 // Whether the fused kernels handle this pair: CPU, contiguous, float32 on the wide side.
@@ -41,8 +41,8 @@ at::Tensor compressInPlace(at::Tensor& buffer, at::ScalarType dtype, int64_t div
               divisor);
   const int64_t n = buffer.numel();
   at::Tensor view = buffer.view(dtype).narrow(0, 0, n);
-  shm::compressToLowPrecision(lowPrecision(dtype), view.data_ptr(), buffer.data_ptr(), static_cast<size_t>(n),
-                              static_cast<int>(divisor));
+  kernels::compressToLowPrecision(lowPrecision(dtype), view.data_ptr(), buffer.data_ptr(), static_cast<size_t>(n),
+                                  static_cast<int>(divisor));
   return view;
 }
 
@@ -50,8 +50,8 @@ void decompressInPlace(at::Tensor& buffer, const at::Tensor& view, const at::Ten
   TORCH_CHECK(canCompressInPlace(buffer) && view.numel() == buffer.numel() && view.data_ptr() == buffer.data_ptr(),
               "tunedist.hooks.decompressInPlace: `view` is not the compressInPlace view of `buffer`");
   if (reduced.data_ptr() != view.data_ptr()) view.copy_(reduced);
-  shm::widenFromLowPrecision(lowPrecision(view.scalar_type()), buffer.data_ptr(), view.data_ptr(),
-                             static_cast<size_t>(buffer.numel()));
+  kernels::widenFromLowPrecision(lowPrecision(view.scalar_type()), buffer.data_ptr(), view.data_ptr(),
+                                 static_cast<size_t>(buffer.numel()));
 }
 
 void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor) {
@@ -59,8 +59,8 @@ void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor) {
   TORCH_CHECK(divisor > 0 && divisor <= INT32_MAX, "tunedist.hooks.compressInto: divisor must be in [1, 2^31), got ",
               divisor);
   if (fusedPair(dst, src)) {
-    shm::compressToLowPrecision(lowPrecision(dst.scalar_type()), dst.data_ptr(), src.data_ptr(),
-                                static_cast<size_t>(src.numel()), static_cast<int>(divisor));
+    kernels::compressToLowPrecision(lowPrecision(dst.scalar_type()), dst.data_ptr(), src.data_ptr(),
+                                    static_cast<size_t>(src.numel()), static_cast<int>(divisor));
     return;
   }
   if (cuda::compressInto(dst, src, divisor)) return;  // CUDA: one fused pass (hooks/cuda)
@@ -71,8 +71,8 @@ void compressInto(at::Tensor& dst, const at::Tensor& src, int64_t divisor) {
 void decompressInto(at::Tensor& dst, const at::Tensor& src) {
   checkPair(src, dst, "decompressInto");
   if (fusedPair(src, dst)) {
-    shm::widenFromLowPrecision(lowPrecision(src.scalar_type()), dst.data_ptr(), src.data_ptr(),
-                               static_cast<size_t>(src.numel()));
+    kernels::widenFromLowPrecision(lowPrecision(src.scalar_type()), dst.data_ptr(), src.data_ptr(),
+                                   static_cast<size_t>(src.numel()));
     return;
   }
   dst.copy_(src.view_as(dst));

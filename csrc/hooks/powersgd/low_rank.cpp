@@ -43,15 +43,15 @@ namespace {
 void project(const at::Tensor& matrix, const at::Tensor& error, const at::Tensor& q, at::Tensor& p) {
   const int64_t n = matrix.size(0), m = matrix.size(1), r = q.size(1);
   float* qT = transposedScratch(r * m);
-  shm::transposeFloat(qT, q.data_ptr<float>(), m, r);
+  kernels::transposeFloat(qT, q.data_ptr<float>(), m, r);
   float* mat = matrix.data_ptr<float>();
   const float* err = error.defined() ? error.data_ptr<float>() : nullptr;
   float* out = p.data_ptr<float>();
   at::parallel_for(0, n, std::max<int64_t>(1, kGrainElements / m), [&](int64_t begin, int64_t end) {
     if (err != nullptr) {
-      shm::lowRankAddProject(mat, err, m, qT, r, out, begin, end);
+      kernels::lowRankAddProject(mat, err, m, qT, r, out, begin, end);
     } else {
-      shm::lowRankProject(mat, m, qT, r, out, begin, end);
+      kernels::lowRankProject(mat, m, qT, r, out, begin, end);
     }
   });
 }
@@ -91,8 +91,8 @@ void multiplyMtP(const at::Tensor& matrix, const at::Tensor& p, at::Tensor& q) {
   const float* mat = matrix.data_ptr<float>();
   const float* pv = p.data_ptr<float>();
   at::parallel_for(0, m, std::max<int64_t>(8, kGrainElements / n),
-                   [&](int64_t begin, int64_t end) { shm::lowRankProjectT(mat, n, m, pv, r, qT, begin, end); });
-  shm::transposeFloat(q.data_ptr<float>(), qT, r, m);
+                   [&](int64_t begin, int64_t end) { kernels::lowRankProjectT(mat, n, m, pv, r, qT, begin, end); });
+  kernels::transposeFloat(q.data_ptr<float>(), qT, r, m);
 }
 
 void writePQt(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const at::Tensor& errorSlice) {
@@ -107,12 +107,12 @@ void writePQt(at::Tensor& out, const at::Tensor& p, const at::Tensor& q, const a
   }
   const int64_t n = out.size(0), m = out.size(1), r = q.size(1);
   float* qT = transposedScratch(r * m);
-  shm::transposeFloat(qT, q.data_ptr<float>(), m, r);
+  kernels::transposeFloat(qT, q.data_ptr<float>(), m, r);
   float* o = out.data_ptr<float>();
   float* e = withError ? errorSlice.data_ptr<float>() : nullptr;
   const float* pv = p.data_ptr<float>();
   at::parallel_for(0, n, std::max<int64_t>(1, kGrainElements / m),
-                   [&](int64_t begin, int64_t end) { shm::lowRankExpand(o, e, m, pv, qT, r, begin, end); });
+                   [&](int64_t begin, int64_t end) { kernels::lowRankExpand(o, e, m, pv, qT, r, begin, end); });
 }
 
 }  // namespace tunedist::hooks

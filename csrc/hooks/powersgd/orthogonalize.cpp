@@ -43,7 +43,7 @@ void orthogonalize(at::Tensor& matrices, double epsilon) {
       float* base = matrices.data_ptr<float>();
       const int64_t rows = matrices.size(1);
       for (int64_t b = 0; b < matrices.size(0); ++b) {
-        shm::lowRankGramSchmidt(base + b * rows * rank, rows, rank, static_cast<float>(epsilon));
+        kernels::lowRankGramSchmidt(base + b * rows * rank, rows, rank, static_cast<float>(epsilon));
       }
       return;
     }

@@ -12,9 +12,9 @@ namespace tunedist::shm::p2p {
 
 struct Context {
   int rank;
-  const ShmOptions& options;
+  const core::ShmOptions& options;
   size_t chunkBytes;  // the most bytes one copy moves before the pass looks at the other channels
-  Rendezvous* rendezvous;
+  core::Rendezvous* rendezvous;
   Heartbeat* heartbeat;
 };
 

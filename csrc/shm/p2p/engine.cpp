@@ -33,11 +33,8 @@
 #include "shm/p2p/op.h"
 #include "shm/p2p/progress.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::p2p {
 namespace {
-
-using p2p::Op;
-using p2p::OpPtr;
 
 constexpr int kYieldRounds = 16;
 // Longest busy poll before yielding: a peer that answers within this saves a futex wake-up (some microseconds).
@@ -65,7 +62,7 @@ OpPtr makeOp(bool isSend, int peer, int tag, char* data, size_t bytes, P2pEngine
 }  // namespace
 
 struct P2pEngine::Impl {
-  Impl(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options);
+  Impl(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, core::ShmOptions options);
 
   void post(OpPtr op);
   void ensureThreads();  // under mutex_
@@ -75,10 +72,10 @@ struct P2pEngine::Impl {
   void sleep(Clock::time_point now);
   void shutdown();
 
-  std::shared_ptr<Rendezvous> rendezvous_;
+  std::shared_ptr<core::Rendezvous> rendezvous_;
   const int rank_;
   const int size_;
-  const ShmOptions options_;
+  const core::ShmOptions options_;
 
   // Caller-facing state, under mutex_.
   std::mutex mutex_;
@@ -103,7 +100,7 @@ struct P2pEngine::Impl {
   bool waitvSupported_ = true;
 };
 
-P2pEngine::P2pEngine(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options)
+P2pEngine::P2pEngine(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, core::ShmOptions options)
     : impl_(std::make_unique<Impl>(std::move(rendezvous), rank, size, options)) {}
 
 P2pEngine::~P2pEngine() {
@@ -155,14 +152,15 @@ void P2pEngine::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(im.mutex_);
     if (im.abortReason_.empty()) {
-      im.abortReason_ = reason.empty() ? detail::str("tunedist: rank ", im.rank_, " aborted point-to-point") : reason;
+      im.abortReason_ = reason.empty() ? core::detail::str("tunedist: rank ", im.rank_, " aborted point-to-point")
+                                       : reason;
     }
     im.inboxPending_.store(true, std::memory_order_seq_cst);
     im.wakeProgress();
   }
 }
 
-P2pEngine::Impl::Impl(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options)
+P2pEngine::Impl::Impl(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, core::ShmOptions options)
     : rendezvous_(std::move(rendezvous)),
       rank_(rank),
       size_(size),
@@ -190,9 +188,9 @@ void P2pEngine::Impl::post(OpPtr op) {
     }
   }
   // Only reachable from a Done callback that runs while the engine shuts down.
-  std::string msg = detail::str("tunedist: ", p2p::describe(*op, rank_),
-                                " failed: the point-to-point engine is shutting down");
-  p2p::fail(std::move(op), p2p::errorOf<Error>(msg));
+  std::string msg = core::detail::str("tunedist: ", p2p::describe(*op, rank_),
+                                      " failed: the point-to-point engine is shutting down");
+  p2p::fail(std::move(op), p2p::errorOf<core::Error>(msg));
 }
 
 void P2pEngine::Impl::ensureThreads() {
@@ -213,7 +211,7 @@ void P2pEngine::Impl::wakeProgress() {
   // seq_cst pairs with sleep(): either the progress thread sees the new bell value, or we see it sleeping.
   localBell_.fetch_add(1, std::memory_order_seq_cst);
   if (sleeping_.load(std::memory_order_seq_cst)) {
-    futexWakeAll(&localBell_);
+    core::futexWakeAll(&localBell_);
   }
 }
 
@@ -246,7 +244,7 @@ void P2pEngine::Impl::progressLoop() {
       // Spin only briefly: this thread competes with the caller's compute threads for the cores, unlike a
       // collective's waiter, which spins on a thread that would otherwise idle.
       if (idle <= options_.spinIters && now - idleSince < kSpinTime) {
-        cpuRelax();
+        core::cpuRelax();
       } else if (idle <= options_.spinIters + kYieldRounds) {
         idle = std::max(idle, options_.spinIters + 1);
         sched_yield();
@@ -256,7 +254,7 @@ void P2pEngine::Impl::progressLoop() {
     } catch (const std::exception& e) {
       // A bug or an allocation failure: nothing here can be trusted any more, so fail everything from now on.
       if (aborted_.empty()) {
-        aborted_ = detail::str("tunedist: the point-to-point engine on rank ", rank_, " failed: ", e.what());
+        aborted_ = core::detail::str("tunedist: the point-to-point engine on rank ", rank_, " failed: ", e.what());
         work_.failAll(aborted_);
       }
     }
@@ -288,8 +286,8 @@ bool P2pEngine::Impl::intake() {
   }
   for (OpPtr& op : ops) {
     if (!aborted_.empty()) {
-      std::string msg = detail::str("tunedist: ", p2p::describe(*op, rank_), " failed: ", aborted_);
-      p2p::fail(std::move(op), p2p::errorOf<Error>(msg));
+      std::string msg = core::detail::str("tunedist: ", p2p::describe(*op, rank_), " failed: ", aborted_);
+      p2p::fail(std::move(op), p2p::errorOf<core::Error>(msg));
     } else {
       work_.post(std::move(op));
     }
@@ -315,8 +313,8 @@ void P2pEngine::Impl::sleep(Clock::time_point now) {
 
 void P2pEngine::Impl::shutdown() {
   std::string why = aborted_.empty()
-                        ? detail::str("the point-to-point engine on rank ", rank_,
-                                      " was destroyed (process group destroyed) with the operation pending")
+                        ? core::detail::str("the point-to-point engine on rank ", rank_,
+                                            " was destroyed (process group destroyed) with the operation pending")
                         : aborted_;
   // Operations posted by Done callbacks while we were stopping are failed too.
   std::vector<OpPtr> late;
@@ -327,4 +325,4 @@ void P2pEngine::Impl::shutdown() {
   work_.close(why, aborted_.empty(), std::move(late));
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::p2p

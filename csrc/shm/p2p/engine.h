@@ -17,7 +17,7 @@
 #include "core/options.h"
 #include "core/rendezvous.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::p2p {
 
 class P2pEngine {
  public:
@@ -26,7 +26,7 @@ class P2pEngine {
   using Done = std::function<void(std::exception_ptr error, int srcRank)>;
   using Clock = std::chrono::steady_clock;
 
-  P2pEngine(std::shared_ptr<Rendezvous> rendezvous, int rank, int size, ShmOptions options);
+  P2pEngine(std::shared_ptr<core::Rendezvous> rendezvous, int rank, int size, core::ShmOptions options);
   // Stops the progress thread; operations still pending complete with an error.
   ~P2pEngine();
   P2pEngine(const P2pEngine&) = delete;
@@ -44,4 +44,4 @@ class P2pEngine {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::p2p

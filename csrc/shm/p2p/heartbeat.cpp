@@ -20,8 +20,8 @@ void Heartbeat::loop() {
     cv_.wait_for(lock, period_, [this] { return stop_ || !toHold_.empty(); });
   }
   // Leaving: every lock we hold becomes free, as at our death; the rings are closed first, so peers see "closed".
-  for (LifeLock* l : held_) {
-    releaseLifeLock(l);
+  for (core::LifeLock* l : held_) {
+    core::releaseLifeLock(l);
   }
   held_.clear();
 }
@@ -32,13 +32,13 @@ void Heartbeat::takeLocks(std::unique_lock<std::mutex>& guard) {
   if (toHold_.empty()) {
     return;
   }
-  const std::vector<LifeLock*> taking = toHold_;
-  std::vector<LifeLock*> took;
+  const std::vector<core::LifeLock*> taking = toHold_;
+  std::vector<core::LifeLock*> took;
   std::string error;
   guard.unlock();
-  for (LifeLock* l : taking) {
+  for (core::LifeLock* l : taking) {
     try {
-      holdLifeLock(l);
+      core::holdLifeLock(l);
       took.push_back(l);
     } catch (const std::exception& e) {
       error = e.what();
@@ -54,8 +54,8 @@ void Heartbeat::takeLocks(std::unique_lock<std::mutex>& guard) {
   cv_.notify_all();
 }
 
-void Heartbeat::hold(LifeLock* lock) {
-  initLifeLock(lock);
+void Heartbeat::hold(core::LifeLock* lock) {
+  core::initLifeLock(lock);
   std::unique_lock<std::mutex> guard(mutex_);
   TD_CHECK(thread_.joinable() && !stop_, "tunedist: internal error: a p2p life lock handed to a stopped heartbeat");
   toHold_.push_back(lock);

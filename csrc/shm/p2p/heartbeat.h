@@ -30,7 +30,7 @@ class Heartbeat {
   // Beats once in `ring` now and with every period from now on. The ring must outlive the thread.
   void add(P2pRing& ring);
   // Initialises `lock` and has the thread hold it until stop(); returns once it is held. The thread must run.
-  void hold(LifeLock* lock);
+  void hold(core::LifeLock* lock);
 
  private:
   void loop();
@@ -41,9 +41,9 @@ class Heartbeat {
   std::condition_variable cv_;
   bool stop_ = false;
   std::vector<std::atomic<uint64_t>*> beats_;
-  std::vector<LifeLock*> toHold_;  // handed over by hold(), taken by the thread
-  std::vector<LifeLock*> held_;    // the thread's only
-  std::string holdError_;          // why the thread could not hold the last lock handed over
+  std::vector<core::LifeLock*> toHold_;  // handed over by hold(), taken by the thread
+  std::vector<core::LifeLock*> held_;    // the thread's only
+  std::string holdError_;                // why the thread could not hold the last lock handed over
   std::thread thread_;
 };
 

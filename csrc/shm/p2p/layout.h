@@ -17,7 +17,7 @@
 
 #include "shm/layout.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::p2p {
 
 constexpr uint64_t kP2pRingMagic = 0x676e69725f703270ULL;  // "p2p_ring" little-endian
 constexpr uint32_t kP2pVersion = 2;
@@ -72,8 +72,8 @@ struct alignas(kCacheLine) P2pRingHeader {
   // The life locks (core/sync.h), each on a line of its own: held by the sender's (receiver's) heartbeat thread from
   // before the ring is announced (before receiverAttached is set) until that process leaves, so each side learns of
   // the other's death exactly, while a stopped process still holds its lock.
-  alignas(kCacheLine) LifeLock senderLife;
-  alignas(kCacheLine) LifeLock receiverLife;
+  alignas(kCacheLine) core::LifeLock senderLife;
+  alignas(kCacheLine) core::LifeLock receiverLife;
 };
 static_assert(offsetof(P2pRingHeader, head) == 1 * kCacheLine, "head must start the sender's cache line");
 static_assert(offsetof(P2pRingHeader, tail) == 2 * kCacheLine, "tail must start the receiver's cache line");
@@ -101,4 +101,4 @@ inline uint64_t p2pMessageSpan(uint64_t payload) { return kCacheLine + roundUp(p
 inline size_t p2pDataOffset() { return roundUp(sizeof(P2pRingHeader), kPage); }
 inline size_t p2pSegmentBytes(size_t dataBytes) { return p2pDataOffset() + dataBytes; }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::p2p

@@ -7,11 +7,11 @@
 
 namespace tunedist::shm::p2p {
 std::string sizeMismatch(const Op& op, int rank, int src, int64_t tag, size_t sentBytes) {
-  return detail::str("tunedist: recv on rank ", rank, " from rank ", src, op.peer < 0 ? " (any-source receive)" : "",
-                     " (tag ", tag, "): size mismatch: rank ", src, " sent ", sentBytes,
-                     " bytes but the receive expects ", op.bytes,
-                     " bytes; the message was dropped. A send and its matching receive must use tensors of the "
-                     "same size (numel x element size).");
+  return core::detail::str("tunedist: recv on rank ", rank, " from rank ", src,
+                           op.peer < 0 ? " (any-source receive)" : "", " (tag ", tag, "): size mismatch: rank ", src,
+                           " sent ", sentBytes, " bytes but the receive expects ", op.bytes,
+                           " bytes; the message was dropped. A send and its matching receive must use tensors of the "
+                           "same size (numel x element size).");
 }
 
 bool Matcher::takeUnexpected(OpPtr& op, const Report& report) {
@@ -29,7 +29,7 @@ bool Matcher::takeUnexpected(OpPtr& op, const Report& report) {
         u.dropped = true;  // its channel keeps consuming the rest and then erases it
         u.data.reset();
       }
-      fail(std::move(op), errorOf<Error>(msg));
+      fail(std::move(op), errorOf<core::Error>(msg));
       return true;
     }
     if (!u.complete) {
@@ -151,8 +151,8 @@ void Matcher::expireClaimed(Clock::time_point now) {
     if (u.claimedBy != nullptr && u.claimedBy->deadline <= now) {
       OpPtr op = std::move(u.claimedBy);
       std::exception_ptr error = timeoutError(*op, rank_,
-                                              detail::str("the matching message from rank ", u.src,
-                                                          " stopped arriving"));
+                                              core::detail::str("the matching message from rank ", u.src,
+                                                                " stopped arriving"));
       fail(std::move(op), std::move(error));
     }
   }

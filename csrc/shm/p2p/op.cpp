@@ -20,15 +20,15 @@ long long msBetween(Clock::time_point a, Clock::time_point b) {
 
 std::string describe(const Op& op, int rank) {
   if (op.isSend) {
-    return detail::str("send to rank ", op.peer, " (tag ", op.tag, ", ", op.bytes, " bytes) on rank ", rank);
+    return core::detail::str("send to rank ", op.peer, " (tag ", op.tag, ", ", op.bytes, " bytes) on rank ", rank);
   }
-  return detail::str("recv from ", op.peer < 0 ? std::string("any source") : detail::str("rank ", op.peer), " (tag ",
-                     op.tag, ", ", op.bytes, " bytes) on rank ", rank);
+  return core::detail::str("recv from ", op.peer < 0 ? std::string("any source") : core::detail::str("rank ", op.peer),
+                           " (tag ", op.tag, ", ", op.bytes, " bytes) on rank ", rank);
 }
 
 std::exception_ptr channelError(const Op& op, int rank, const std::string& failure, bool dead) {
-  std::string msg = detail::str("tunedist: ", describe(op, rank), " failed: ", failure);
-  return dead ? errorOf<PeerDeadError>(msg) : errorOf<Error>(msg);
+  std::string msg = core::detail::str("tunedist: ", describe(op, rank), " failed: ", failure);
+  return dead ? errorOf<core::PeerDeadError>(msg) : errorOf<core::Error>(msg);
 }
 
 std::exception_ptr opError(const Op& op, int rank, const std::string& why, bool dead) {
@@ -36,8 +36,8 @@ std::exception_ptr opError(const Op& op, int rank, const std::string& why, bool 
 }
 
 std::exception_ptr timeoutError(const Op& op, int rank, const std::string& why) {
-  return errorOf<TimeoutError>(detail::str("tunedist: ", describe(op, rank), ": Timed out after ",
-                                           msBetween(op.posted, op.deadline), " ms: ", why));
+  return errorOf<core::TimeoutError>(core::detail::str("tunedist: ", describe(op, rank), ": Timed out after ",
+                                                       msBetween(op.posted, op.deadline), " ms: ", why));
 }
 
 void complete(OpPtr op, int srcRank) {

@@ -101,7 +101,7 @@ void Progress::expire(Clock::time_point now) {
 
 std::string Progress::receiveStall(const Op& op) const {
   if (op.peer < 0) {
-    return detail::str("no message with tag ", op.tag, " arrived from any rank");
+    return core::detail::str("no message with tag ", op.tag, " arrived from any rank");
   }
   return in_[size_t(op.peer)].stall(op);
 }

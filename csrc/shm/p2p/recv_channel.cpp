@@ -32,13 +32,13 @@ bool RecvChannel::poll(Clock::time_point now) {
   pollInterval_ = std::clamp(pollInterval_ * 2, kFirstPoll, kMaxPoll);
   nextPoll_ = now + pollInterval_;
   try {
-    std::string key = keys::p2pRing(src_, ctx_.rank);
+    std::string key = core::keys::p2pRing(src_, ctx_.rank);
     if (!ctx_.rendezvous->check(key)) {
       return false;
     }
     std::string name = ctx_.rendezvous->get(key, kAnnounceGetTimeout);
     ring_ = P2pRing::open(name, src_, ctx_.rank, ctx_.options.p2pChannelBytes,
-                          [this](LifeLock* l) { ctx_.heartbeat->hold(l); });
+                          [this](core::LifeLock* l) { ctx_.heartbeat->hold(l); });
     if (ring_ == nullptr) {
       return senderGone(name, now);
     }
@@ -61,9 +61,9 @@ bool RecvChannel::senderGone(const std::string& name, Clock::time_point now) {
   if (now - staleSince_ <= ctx_.options.deadAfter) {
     return false;
   }
-  fail(detail::str("rank ", src_, " closed its point-to-point channel to this rank (", name,
-                   ") before this rank attached to it: its process group was destroyed, and messages it sent and "
-                   "this rank did not receive are lost"),
+  fail(core::detail::str("rank ", src_, " closed its point-to-point channel to this rank (", name,
+                         ") before this rank attached to it: its process group was destroyed, and messages it sent and "
+                         "this rank did not receive are lost"),
        true, false);
   return true;
 }
@@ -101,9 +101,9 @@ bool RecvChannel::startMessage() {
   P2pMsgHeader m{};
   ring_->read(tail_, &m, sizeof(m));
   if (m.magic != kP2pMsgMagic || m.seq != nextSeq_) {
-    fail(detail::str("protocol error on the channel from rank ", src_, ": message ", nextSeq_, " has magic ", std::hex,
-                     m.magic, std::dec, " and sequence ", m.seq,
-                     " (memory corruption, or ranks running different tunedist builds)"),
+    fail(core::detail::str("protocol error on the channel from rank ", src_, ": message ", nextSeq_, " has magic ",
+                           std::hex, m.magic, std::dec, " and sequence ", m.seq,
+                           " (memory corruption, or ranks running different tunedist builds)"),
          false, false);
     return false;
   }
@@ -127,7 +127,7 @@ bool RecvChannel::startMessage() {
     std::string msg = sizeMismatch(*op, ctx_.rank, src_, m.tag, size_t(m.bytes));
     reportToSender(msg);
     dest_ = Dest::kDiscard;
-    p2p::fail(std::move(op), errorOf<Error>(msg));
+    p2p::fail(std::move(op), errorOf<core::Error>(msg));
     return true;
   }
   dest_ = Dest::kReceive;
@@ -174,8 +174,8 @@ void RecvChannel::expire(Clock::time_point now) {
   OpPtr op = std::move(receive_);
   dest_ = Dest::kDiscard;  // the rest of the message is drained and dropped
   std::exception_ptr error = timeoutError(*op, ctx_.rank,
-                                          detail::str("the message from rank ", src_, " stopped arriving after ",
-                                                      consumed_, " of ", op->bytes, " bytes"));
+                                          core::detail::str("the message from rank ", src_, " stopped arriving after ",
+                                                            consumed_, " of ", op->bytes, " bytes"));
   p2p::fail(std::move(op), std::move(error));
 }
 
@@ -189,7 +189,7 @@ void RecvChannel::checkPeer(Clock::time_point now, bool wanted) {
   std::string reason;
   P2pRing::PeerState state = ring_->peerState(now, ctx_.options.deadAfter, &reason);
   if (state == P2pRing::PeerState::kClosed || state == P2pRing::PeerState::kDead) {
-    fail(detail::str("rank ", src_, " ", reason), true, state == P2pRing::PeerState::kDead);
+    fail(core::detail::str("rank ", src_, " ", reason), true, state == P2pRing::PeerState::kDead);
   }
 }
 
@@ -237,14 +237,15 @@ void RecvChannel::reportToSender(const std::string& text) {
 
 std::string RecvChannel::stall(const Op& op) const {
   if (ring_ == nullptr && !staleName_.empty()) {
-    return detail::str("rank ", src_, " announced a channel (", staleName_,
-                       ") that no longer exists: it destroyed its process group before this rank received");
+    return core::detail::str("rank ", src_, " announced a channel (", staleName_,
+                             ") that no longer exists: it destroyed its process group before this rank received");
   }
   if (ring_ == nullptr) {
-    return detail::str("rank ", src_, " has sent nothing to this rank yet. Check that it calls the matching send");
+    return core::detail::str("rank ", src_,
+                             " has sent nothing to this rank yet. Check that it calls the matching send");
   }
-  return detail::str("no message with tag ", op.tag, " came from rank ", src_, " (", nextSeq_ - 1,
-                     " messages received from it so far). Check the matching send's tag and order");
+  return core::detail::str("no message with tag ", op.tag, " came from rank ", src_, " (", nextSeq_ - 1,
+                           " messages received from it so far). Check the matching send's tag and order");
 }
 
 bool RecvChannel::watch(BellSet& bells, bool wanted, Clock::time_point* until) const {

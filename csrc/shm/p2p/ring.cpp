@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/sync.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::p2p {
 
 std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, const char* shmDir,
                                          std::chrono::seconds sweepMinAge, const HoldLife& hold) {
@@ -20,7 +20,7 @@ std::unique_ptr<P2pRing> P2pRing::create(int src, int dst, size_t dataBytes, con
   header->dstRank = dst;
   header->dataBytes = dataBytes;
   header->dataOffset = p2pDataOffset();
-  ProcessIdentity me = ProcessIdentity::self();
+  core::ProcessIdentity me = core::ProcessIdentity::self();
   header->senderPid = me.pid;
   header->senderPidNamespace = me.pidNamespace;
   header->senderStartTime = me.startTime;
@@ -51,7 +51,7 @@ std::unique_ptr<P2pRing> P2pRing::open(const std::string& name, int src, int dst
            header->dataBytes, " data bytes; expected ", src, " -> ", dst, " with ", dataBytes,
            " (ranks disagree on p2pChannelBytes, or two groups share a store prefix)");
   std::unique_ptr<P2pRing> ring(new P2pRing(std::move(segment), false));
-  ProcessIdentity me = ProcessIdentity::self();
+  core::ProcessIdentity me = core::ProcessIdentity::self();
   header->receiverPid = me.pid;
   header->receiverPidNamespace = me.pidNamespace;
   header->receiverStartTime = me.startTime;
@@ -105,7 +105,7 @@ void P2pRing::publishCursor(uint64_t value) {
 void P2pRing::notify() {
   if (header_->sleepers.load(std::memory_order_seq_cst) > 0) {
     header_->bell.fetch_add(1, std::memory_order_seq_cst);
-    futexWakeAll(&header_->bell);
+    core::futexWakeAll(&header_->bell);
   }
 }
 
@@ -132,19 +132,20 @@ P2pRing::PeerState P2pRing::peerState(Clock::time_point now, std::chrono::millis
     lastBeat_ = beat;
     lastBeatChange_ = now;
   }
-  ProcessIdentity who = isSender_ ? ProcessIdentity{h.receiverPid, h.receiverPidNamespace, h.receiverStartTime}
-                                  : ProcessIdentity{h.senderPid, h.senderPidNamespace, h.senderStartTime};
-  const Liveness life = probeLifeLock(isSender_ ? &header_->receiverLife : &header_->senderLife);
-  if (life == Liveness::kGone || processCertainlyGone(who)) {
-    *reason = detail::str("is dead: its process (pid ", who.pid, ") has exited");
+  core::ProcessIdentity who = isSender_
+                                  ? core::ProcessIdentity{h.receiverPid, h.receiverPidNamespace, h.receiverStartTime}
+                                  : core::ProcessIdentity{h.senderPid, h.senderPidNamespace, h.senderStartTime};
+  const core::Liveness life = core::probeLifeLock(isSender_ ? &header_->receiverLife : &header_->senderLife);
+  if (life == core::Liveness::kGone || core::processCertainlyGone(who)) {
+    *reason = core::detail::str("is dead: its process (pid ", who.pid, ") has exited");
     return PeerState::kDead;
   }
-  if (life == Liveness::kAlive) {
+  if (life == core::Liveness::kAlive) {
     return PeerState::kAlive;  // perhaps stopped, but there: a slow peer, not a dead one
   }
   auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_);
   if (silent > deadAfter) {
-    *reason = detail::str("is dead: its heartbeat (pid ", who.pid, ") stopped ", silent.count(), " ms ago");
+    *reason = core::detail::str("is dead: its heartbeat (pid ", who.pid, ") stopped ", silent.count(), " ms ago");
     return PeerState::kDead;
   }
   return PeerState::kAlive;
@@ -169,7 +170,7 @@ void BellSet::add(P2pRing& ring) {
 
 void BellSet::wait(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds fallbackSlice,
                    bool* waitvSupported) const {
-  futexWaitAny(words_, deadline, fallbackSlice, waitvSupported);
+  core::futexWaitAny(words_, deadline, fallbackSlice, waitvSupported);
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::p2p

@@ -16,14 +16,14 @@
 #include "shm/p2p/layout.h"
 #include "shm/segment.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::p2p {
 
 class P2pRing {
  public:
   using Clock = std::chrono::steady_clock;
 
   // Makes a long-lived thread of this process hold `lock` (heartbeat.h Heartbeat::hold); returns once held.
-  using HoldLife = std::function<void(LifeLock* lock)>;
+  using HoldLife = std::function<void(core::LifeLock* lock)>;
 
   // Sender: creates and initialises a ring for src -> dst with `dataBytes` of data, stamped with our identity and
   // with our life lock held (`hold`).
@@ -100,4 +100,4 @@ class BellSet {
   std::vector<P2pRing*> rings_;
 };
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::p2p

@@ -20,9 +20,9 @@ void SendChannel::post(OpPtr op) {
 bool SendChannel::createRing() {
   try {
     ring_ = P2pRing::create(ctx_.rank, dst_, ctx_.options.p2pChannelBytes, ctx_.options.shmDir,
-                            ctx_.options.sweepMinAge, [this](LifeLock* l) { ctx_.heartbeat->hold(l); });
+                            ctx_.options.sweepMinAge, [this](core::LifeLock* l) { ctx_.heartbeat->hold(l); });
     // Step 1: announce the ring; the receiver maps it when it first wants our messages.
-    ctx_.rendezvous->set(keys::p2pRing(ctx_.rank, dst_), ring_->name());
+    ctx_.rendezvous->set(core::keys::p2pRing(ctx_.rank, dst_), ring_->name());
   } catch (const std::exception& e) {
     // Fail the send that needed it; the next one tries again. A ring whose life lock our heartbeat thread already
     // holds stays mapped until the channel goes (after that thread), so the thread never touches unmapped memory.
@@ -31,8 +31,8 @@ bool SendChannel::createRing() {
     }
     OpPtr op = std::move(queue_.front());
     queue_.pop_front();
-    std::string msg = detail::str("tunedist: ", describe(*op, ctx_.rank), " failed: ", e.what());
-    p2p::fail(std::move(op), errorOf<Error>(msg));
+    std::string msg = core::detail::str("tunedist: ", describe(*op, ctx_.rank), " failed: ", e.what());
+    p2p::fail(std::move(op), errorOf<core::Error>(msg));
     return false;
   }
   ctx_.heartbeat->add(*ring_);
@@ -45,9 +45,9 @@ bool SendChannel::pump() {
   }
   bool moved = takeReport();
   if (ring_->header().receiverClosed.load(std::memory_order_acquire) != 0) {
-    fail(detail::str("rank ", dst_,
-                     " closed its point-to-point channel (its process group was destroyed or "
-                     "aborted)"),
+    fail(core::detail::str("rank ", dst_,
+                           " closed its point-to-point channel (its process group was destroyed or "
+                           "aborted)"),
          true);
     return true;
   }
@@ -90,10 +90,10 @@ bool SendChannel::takeReport() {
 void SendChannel::rejectFront() {
   OpPtr op = std::move(queue_.front());
   queue_.pop_front();
-  std::string msg = detail::str("tunedist: ", describe(*op, ctx_.rank), " failed: rank ", dst_,
-                                " rejected an earlier message from this rank: ", peerError_);
+  std::string msg = core::detail::str("tunedist: ", describe(*op, ctx_.rank), " failed: rank ", dst_,
+                                      " rejected an earlier message from this rank: ", peerError_);
   peerError_.clear();
-  p2p::fail(std::move(op), errorOf<Error>(msg));
+  p2p::fail(std::move(op), errorOf<core::Error>(msg));
 }
 
 // Writes as much of the first queued send as the ring and `budget` allow (the header first, when it starts).
@@ -138,15 +138,15 @@ void SendChannel::expire(Clock::time_point now) {
     OpPtr op = std::move(*it);
     queue_.erase(it);
     bool attached = ring_ != nullptr && ring_->header().receiverAttached.load(std::memory_order_acquire);
-    std::string why = attached ? detail::str("rank ", dst_, " does not receive fast enough to make room (", op->written,
-                                             " of ", p2pMessageSpan(op->bytes),
-                                             " bytes written). Check that it posts the matching receive")
-                               : detail::str("rank ", dst_,
-                                             " has not started receiving from this rank. Check that "
-                                             "it calls the matching receive");
+    std::string why = attached ? core::detail::str("rank ", dst_, " does not receive fast enough to make room (",
+                                                   op->written, " of ", p2pMessageSpan(op->bytes),
+                                                   " bytes written). Check that it posts the matching receive")
+                               : core::detail::str("rank ", dst_,
+                                                   " has not started receiving from this rank. Check that "
+                                                   "it calls the matching receive");
     std::exception_ptr error = timeoutError(*op, ctx_.rank, why);
-    std::string broken = detail::str("after the timeout of an earlier send to rank ", dst_, " (tag ", op->tag,
-                                     ") the order of messages to it can no longer be kept");
+    std::string broken = core::detail::str("after the timeout of an earlier send to rank ", dst_, " (tag ", op->tag,
+                                           ") the order of messages to it can no longer be kept");
     p2p::fail(std::move(op), std::move(error));
     fail(broken, false);
     return;
@@ -160,7 +160,7 @@ void SendChannel::checkPeer(Clock::time_point now) {
   std::string reason;
   P2pRing::PeerState state = ring_->peerState(now, ctx_.options.deadAfter, &reason);
   if (state == P2pRing::PeerState::kClosed || state == P2pRing::PeerState::kDead) {
-    fail(detail::str("rank ", dst_, " ", reason), true);
+    fail(core::detail::str("rank ", dst_, " ", reason), true);
   }
 }
 

@@ -6,7 +6,7 @@
 #include "shm/algorithms.h"
 #include "shm/zero_copy/vote.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::zero_copy {
 
 namespace {
 // From here up, the own block is streamed to memory (no read-for-ownership of the destination): a block this large
@@ -28,8 +28,9 @@ constexpr size_t kPushBlockBytes = size_t{64} << 10;
 //      peer still writes into its output.
 // Pushing reads our input (local, often still in cache) instead of a peer's freshly written block out of the
 // peer's cache. Our input must not overlap a peer's block of our output, which peers write meanwhile (the backend
-// passes a copy of such an input: ops::unaliasedSource).
-void ZeroCopyCollectives::allgather(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef) {
+// passes a copy of such an input: cpu::unaliasedSource).
+void ZeroCopyCollectives::allgather(const core::OpContext& ctx, const void* in, size_t bytes, void* out,
+                                    HeapRef outRef) {
   const OpDesc desc = makeDesc(OpCode::kAllgather, ctx.seq, bytes, -1);
   char* blocks = static_cast<char*>(out);
   auto copyPath = [&] {
@@ -57,11 +58,11 @@ void ZeroCopyCollectives::allgather(const OpContext& ctx, const void* in, size_t
           const size_t n = std::min(kPushBlockBytes, bytes - off);
           for (int q = 0; q < rounds_.size(); ++q) {
             if (q != rounds_.rank()) {
-              copyBytes(peers[size_t(q)] + off, src + off, n);
+              kernels::copyBytes(peers[size_t(q)] + off, src + off, n);
             }
           }
           if (streamOwn) {
-            copyBytes(own + off, src + off, n);
+            kernels::copyBytes(own + off, src + off, n);
           }
         }
         if (!streamOwn) {
@@ -73,4 +74,4 @@ void ZeroCopyCollectives::allgather(const OpContext& ctx, const void* in, size_t
       copyPath);
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::zero_copy

@@ -6,7 +6,7 @@
 #include "shm/algorithms.h"
 #include "shm/zero_copy/vote.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::zero_copy {
 
 namespace {
 // The reduce-then-push unit: small enough that the reduced block is still in this core's cache when it is
@@ -25,14 +25,14 @@ constexpr size_t kPushBlockBytes = size_t{64} << 10;
 // Each rank reads N bytes and writes N (the 3-round variant that copied peers' reduced slices out moved
 // N(3P-1)/P). Each element is reduced once, over ranks 0..P-1 in order, as in the copying algorithms: results are
 // bit-identical on every rank and to the copying path.
-void ZeroCopyCollectives::allreduce(const OpContext& ctx, void* buf, HeapRef ref, size_t count,
-                                    const ReduceArgs& args) {
-  checkReduceSupported(args.dtype, args.op);
+void ZeroCopyCollectives::allreduce(const core::OpContext& ctx, void* buf, HeapRef ref, size_t count,
+                                    const kernels::ReduceArgs& args) {
+  kernels::checkReduceSupported(args.dtype, args.op);
   const OpDesc desc = makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor);
   runVoted(
       ctx, desc, ref,
       [&] {
-        const size_t es = dtypeSize(args.dtype);
+        const size_t es = core::dtypeSize(args.dtype);
         // Step 1/2: our buffer holds our input; every peer may read and write its slice of it.
         rounds_.syncRound(ctx);
         std::vector<char*> bases(size_t(rounds_.size()), nullptr);
@@ -51,10 +51,10 @@ void ZeroCopyCollectives::allreduce(const OpContext& ctx, void* buf, HeapRef ref
             srcs[p] = bases[size_t(p)] + b * es;
           }
           char* mine = bases[size_t(rounds_.rank())] + b * es;
-          tunedist::shm::reduce(args, mine, srcs.data(), rounds_.size(), n);
+          kernels::reduce(args, mine, srcs.data(), rounds_.size(), n);
           for (int q = 0; q < rounds_.size(); ++q) {
             if (q != rounds_.rank()) {
-              copyBytes(bases[size_t(q)] + b * es, mine, n * es);
+              kernels::copyBytes(bases[size_t(q)] + b * es, mine, n * es);
             }
           }
         }
@@ -65,4 +65,4 @@ void ZeroCopyCollectives::allreduce(const OpContext& ctx, void* buf, HeapRef ref
       [&] { allreduceCopy(rounds_, ctx, buf, buf, count, args); });
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::zero_copy

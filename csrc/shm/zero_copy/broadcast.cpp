@@ -3,13 +3,13 @@
 #include "shm/algorithms.h"
 #include "shm/zero_copy/vote.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::zero_copy {
 
 //   1. publish (the root's buffer holds the data); wait for all; the descriptors agree that every buffer is
 //      symmetric;
 //   2. every rank but the root copies the root's buffer into its own;
 //   3. publish (done reading); wait for all, so the root does not return while a peer still reads its buffer.
-void ZeroCopyCollectives::broadcast(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root) {
+void ZeroCopyCollectives::broadcast(const core::OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root) {
   TD_CHECK(root >= 0 && root < rounds_.size(), "tunedist: broadcast (seq ", ctx.seq, ") on rank ", rounds_.rank(),
            ": root ", root, " is outside the group of ", rounds_.size());
   const OpDesc desc = makeDesc(OpCode::kBroadcast, ctx.seq, bytes, root);
@@ -27,4 +27,4 @@ void ZeroCopyCollectives::broadcast(const OpContext& ctx, void* buf, HeapRef ref
       [&] { broadcastBody(rounds_, ctx, buf, bytes, root); });
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::zero_copy

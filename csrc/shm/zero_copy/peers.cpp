@@ -9,7 +9,7 @@
 #include "shm/rounds.h"
 #include "shm/zero_copy/zero_copy.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::zero_copy {
 
 ZeroCopyCollectives::ZeroCopyCollectives(Rounds& rounds, std::shared_ptr<SymmetricHeap> heap)
     : rounds_(rounds), segment_(rounds.segment()), heap_(std::move(heap)), peerChunks_(size_t(rounds.size())) {
@@ -39,7 +39,7 @@ bool ZeroCopyCollectives::accepts(const void* ptr, size_t bytes, size_t minBytes
 //    next publish can map any chunk our descriptor names.
 // 2. Map the chunks peers have listed and we have not mapped yet: the sooner every peer has mapped a chunk, the
 //    sooner its name is gone (mapPeerChunk).
-void ZeroCopyCollectives::syncHeaps(const OpContext& ctx) {
+void ZeroCopyCollectives::syncHeaps(const core::OpContext& ctx) {
   const int rank = rounds_.rank();
   const int size = rounds_.size();
   const SegmentHeader* header = &segment_.header();
@@ -71,7 +71,7 @@ void ZeroCopyCollectives::syncHeaps(const OpContext& ctx) {
   }
 }
 
-char* ZeroCopyCollectives::mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk) {
+char* ZeroCopyCollectives::mapPeerChunk(const core::OpContext& ctx, int p, uint32_t chunk) {
   auto& mapped = peerChunks_[size_t(p)];
   if (chunk < mapped.size()) {
     return static_cast<char*>(mapped[chunk].data());
@@ -80,8 +80,8 @@ char* ZeroCopyCollectives::mapPeerChunk(const OpContext& ctx, int p, uint32_t ch
   const uint32_t listed = table.chunks.load(std::memory_order_acquire);
   if (chunk >= listed || chunk >= uint32_t(kMaxHeapChunks)) {
     segment_.fail(ctx,
-                  detail::str("rank ", p, " named chunk ", chunk, " of its symmetric heap, which lists ", listed,
-                              " chunks (a tunedist bug: report it)"),
+                  core::detail::str("rank ", p, " named chunk ", chunk, " of its symmetric heap, which lists ", listed,
+                                    " chunks (a tunedist bug: report it)"),
                   false, false);
   }
   // Chunks are mapped in index order so `mapped[c]` is chunk c.
@@ -94,16 +94,16 @@ char* ZeroCopyCollectives::mapPeerChunk(const OpContext& ctx, int p, uint32_t ch
     try {
       seg = ShmSegment::open(name, size_t(e.bytes), &notFound);
     } catch (const std::exception& ex) {
-      segment_.fail(ctx, detail::str("cannot map chunk ", c, " of rank ", p, "'s symmetric heap: ", ex.what()), false,
-                    false);
+      segment_.fail(ctx, core::detail::str("cannot map chunk ", c, " of rank ", p, "'s symmetric heap: ", ex.what()),
+                    false, false);
     }
     if (!seg.valid()) {
       segment_.fail(
           ctx,
-          detail::str("chunk ", c, " of rank ", p, "'s symmetric heap (", name,
-                      ") no longer exists: its name was removed before this rank mapped it (by a start-up "
-                      "sweep of another job, or by hand). Allocate symmetric tensors after init_process_group "
-                      "and keep /dev/shm to this job"),
+          core::detail::str("chunk ", c, " of rank ", p, "'s symmetric heap (", name,
+                            ") no longer exists: its name was removed before this rank mapped it (by a start-up "
+                            "sweep of another job, or by hand). Allocate symmetric tensors after init_process_group "
+                            "and keep /dev/shm to this job"),
           false, false);
     }
     // The peer that completes the set removes the name: from now on nothing can leak it.
@@ -116,15 +116,15 @@ char* ZeroCopyCollectives::mapPeerChunk(const OpContext& ctx, int p, uint32_t ch
   return static_cast<char*>(mapped[chunk].data());
 }
 
-char* ZeroCopyCollectives::peerBuffer(const OpContext& ctx, int p, size_t bytes) {
+char* ZeroCopyCollectives::peerBuffer(const core::OpContext& ctx, int p, size_t bytes) {
   const OpDesc& d = rounds_.opDesc(p);
   char* base = mapPeerChunk(ctx, p, d.symChunk);
   const size_t chunkBytes = peerChunks_[size_t(p)][d.symChunk].size();
   if (d.symOffset > chunkBytes || bytes > chunkBytes - d.symOffset) {
     segment_.fail(ctx,
-                  detail::str("rank ", p, "'s symmetric buffer (chunk ", d.symChunk, ", offset ", d.symOffset, ", ",
-                              bytes, " bytes) lies outside its ", chunkBytes,
-                              "-byte chunk (a tunedist bug: report it)"),
+                  core::detail::str("rank ", p, "'s symmetric buffer (chunk ", d.symChunk, ", offset ", d.symOffset,
+                                    ", ", bytes, " bytes) lies outside its ", chunkBytes,
+                                    "-byte chunk (a tunedist bug: report it)"),
                   false, false);
   }
   return base + d.symOffset;
@@ -164,4 +164,4 @@ void ZeroCopyCollectives::dropHeapNames(bool orphansToo) noexcept {
   }
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::zero_copy

@@ -3,18 +3,18 @@
 #include "shm/algorithms.h"
 #include "shm/zero_copy/vote.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::zero_copy {
 
 //   1. publish (our input is ready); wait for all; the descriptors agree that every input is symmetric;
 //   2. reduce block `rank` of every rank's input, in rank order 0..P-1, into our output (which may be our own
 //      block `rank`: no peer reads that block);
 //   3. publish (we have read every peer's input); wait for all, so no rank returns while a peer still reads its
 //      input.
-void ZeroCopyCollectives::reduceScatter(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
-                                        const ReduceArgs& args) {
-  checkReduceSupported(args.dtype, args.op);
+void ZeroCopyCollectives::reduceScatter(const core::OpContext& ctx, const void* in, HeapRef inRef, void* out,
+                                        size_t count, const kernels::ReduceArgs& args) {
+  kernels::checkReduceSupported(args.dtype, args.op);
   const OpDesc desc = makeDesc(OpCode::kReduceScatter, ctx.seq, count, -1, args.dtype, args.op, args.factor);
-  const size_t blockBytes = count * dtypeSize(args.dtype);
+  const size_t blockBytes = count * core::dtypeSize(args.dtype);
   const char* blocks = static_cast<const char*>(in);
   auto copyPath = [&] {
     RankPtrs ins(rounds_.size());
@@ -33,11 +33,11 @@ void ZeroCopyCollectives::reduceScatter(const OpContext& ctx, const void* in, He
           const char* base = p == rounds_.rank() ? blocks : peerBuffer(ctx, p, size_t(rounds_.size()) * blockBytes);
           srcs[p] = base + size_t(rounds_.rank()) * blockBytes;
         }
-        tunedist::shm::reduce(args, out, srcs.data(), rounds_.size(), count);
+        kernels::reduce(args, out, srcs.data(), rounds_.size(), count);
         // Step 2/2: we have read every peer's input; each may return and reuse it.
         rounds_.syncRound(ctx);
       },
       copyPath);
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::zero_copy

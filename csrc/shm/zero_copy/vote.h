@@ -5,10 +5,10 @@
 #include "shm/rounds.h"
 #include "shm/zero_copy/zero_copy.h"
 
-namespace tunedist::shm {
+namespace tunedist::shm::zero_copy {
 
 template <typename ZeroCopyBody, typename CopyBody>
-void ZeroCopyCollectives::runVoted(const OpContext& ctx, OpDesc desc, HeapRef ref, ZeroCopyBody&& zeroCopyBody,
+void ZeroCopyCollectives::runVoted(const core::OpContext& ctx, OpDesc desc, HeapRef ref, ZeroCopyBody&& zeroCopyBody,
                                    CopyBody&& copyBody) {
   if (rounds_.size() == 1) {
     rounds_.run(ctx, desc, copyBody);
@@ -29,4 +29,4 @@ void ZeroCopyCollectives::runVoted(const OpContext& ctx, OpDesc desc, HeapRef re
       copyBody);
 }
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::zero_copy

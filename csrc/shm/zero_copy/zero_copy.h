@@ -22,8 +22,10 @@
 #include "shm/segment.h"
 
 namespace tunedist::shm {
-
 class Rounds;
+}  // namespace tunedist::shm
+
+namespace tunedist::shm::zero_copy {
 
 class ZeroCopyCollectives final : public GroupListener {
  public:
@@ -39,14 +41,14 @@ class ZeroCopyCollectives final : public GroupListener {
   bool accepts(const void* ptr, size_t bytes, size_t minBytes, HeapRef* ref) const;
 
   // In place on `buf` (count elements).
-  void allreduce(const OpContext& ctx, void* buf, HeapRef ref, size_t count, const ReduceArgs& args);
+  void allreduce(const core::OpContext& ctx, void* buf, HeapRef ref, size_t count, const kernels::ReduceArgs& args);
   // `out` holds size() blocks of `bytes`; block rank() receives `in` (which may be that block itself).
-  void allgather(const OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef);
+  void allgather(const core::OpContext& ctx, const void* in, size_t bytes, void* out, HeapRef outRef);
   // `in` holds size() blocks of `count` elements; block p is reduced into rank p's `out`, which may be our own block
   // of `in` but must not overlap another.
-  void reduceScatter(const OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
-                     const ReduceArgs& args);
-  void broadcast(const OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
+  void reduceScatter(const core::OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
+                     const kernels::ReduceArgs& args);
+  void broadcast(const core::OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
 
   const std::shared_ptr<SymmetricHeap>& heap() const { return heap_; }
 
@@ -57,13 +59,13 @@ class ZeroCopyCollectives final : public GroupListener {
   // Runs one operation with the group vote (shm/zero_copy/vote.h): `desc` marked symmetric at `ref`, our heap's new
   // chunks listed, then `zeroCopyBody`. With one rank, or when some rank's buffer is not symmetric, `copyBody`.
   template <typename ZeroCopyBody, typename CopyBody>
-  void runVoted(const OpContext& ctx, OpDesc desc, HeapRef ref, ZeroCopyBody&& zeroCopyBody, CopyBody&& copyBody);
+  void runVoted(const core::OpContext& ctx, OpDesc desc, HeapRef ref, ZeroCopyBody&& zeroCopyBody, CopyBody&& copyBody);
   // Writes our chunks that are not yet in our HeapTable into it, and maps the chunks peers have published since the
   // last call (so their names are unlinked early).
-  void syncHeaps(const OpContext& ctx);
+  void syncHeaps(const core::OpContext& ctx);
   // Rank p's buffer of this operation (its descriptor's symChunk/symOffset), `bytes` long, mapped here.
-  char* peerBuffer(const OpContext& ctx, int p, size_t bytes);
-  char* mapPeerChunk(const OpContext& ctx, int p, uint32_t chunk);
+  char* peerBuffer(const core::OpContext& ctx, int p, size_t bytes);
+  char* mapPeerChunk(const core::OpContext& ctx, int p, uint32_t chunk);
   // Removes the names of every chunk this rank knows of (its own and its peers'): the group has ended or failed,
   // nobody will map them again. With `orphansToo`, also every unheld chunk name whose creator has exited
   // (ShmSegment::sweepDeadOwners): a peer that died before anybody mapped its chunks, which no table may list yet.
@@ -78,4 +80,4 @@ class ZeroCopyCollectives final : public GroupListener {
   std::vector<std::vector<ShmSegment>> peerChunks_;
 };
 
-}  // namespace tunedist::shm
+}  // namespace tunedist::shm::zero_copy

@@ -48,7 +48,7 @@ std::string errorOf(const std::function<void()>& call) {
 TEST_CASE("a CUDA tensor has the device the dispatch looks at") {
   auto t = deviceOnlyCudaTensor(4);
   REQUIRE(t.is_cuda());
-  tunedist::DeviceScan scan;
+  tunedist::cuda::DeviceScan scan;
   scan.add(std::vector<at::Tensor>{t, at::ones({4})});
   REQUIRE(scan.cuda);
   REQUIRE(scan.cpu);
@@ -86,7 +86,7 @@ TEST_CASE("after abort, CUDA calls fail like CPU calls, without creating the NCC
 }
 
 TEST_CASE("CUDA tensors without NCCL in the build, or without a GPU, give a clear error") {
-  const bool ncclBuild = tunedist::ncclBuildInfo().compiledIn;
+  const bool ncclBuild = tunedist::cuda::ncclBuildInfo().compiledIn;
   if (ncclBuild && at::hasCUDA()) {
     SUCCEED("NCCL build on a GPU machine: tests/python/test_cuda_nccl.py covers the CUDA path");
     return;

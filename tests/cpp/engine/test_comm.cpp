@@ -32,7 +32,8 @@ Profile profile(bool defaults) {
 }
 
 std::string caseName(const std::string& coll, int size, size_t bytes, int root = -1) {
-  return detail::str(coll, ", ", size, " ranks, ", bytes, " bytes", root >= 0 ? detail::str(", root ", root) : "");
+  return core::detail::str(coll, ", ", size, " ranks, ", bytes, " bytes",
+                           root >= 0 ? core::detail::str(", root ", root) : "");
 }
 
 void broadcastCase(Peer& p, size_t bytes, int root, int salt) {
@@ -53,7 +54,7 @@ enum class Src { kSeparate, kOwnBlock, kShiftedOwn };
 void gatherCase(Peer& p, size_t bytes, int root, Src where, int salt) {
   const bool all = root < 0;
   const char* how = where == Src::kOwnBlock ? "in-place " : where == Src::kShiftedOwn ? "shifted-input " : "";
-  const std::string what = caseName(detail::str(how, all ? "all_gather" : "gather"), p.size(), bytes, root);
+  const std::string what = caseName(core::detail::str(how, all ? "all_gather" : "gather"), p.size(), bytes, root);
   const size_t size = size_t(p.size());
   const size_t lead = bytes / 2 + 1;
   std::vector<uint8_t> buf(lead + bytes * size + 64, 0xA5);
@@ -157,7 +158,8 @@ void allreduceSumCase(Peer& p, size_t count, int salt) {
   for (size_t i = 0; i < count; ++i) {
     const double want = n * (n + 1) / 2 + n * double((i + size_t(salt)) % 11);
     if (out[i] != want) {
-      failAt(detail::str("all_reduce sum float32, ", p.size(), " ranks, count ", count), p.rank(), i, out[i], want);
+      failAt(core::detail::str("all_reduce sum float32, ", p.size(), " ranks, count ", count), p.rank(), i, out[i],
+             want);
     }
   }
 }
@@ -329,7 +331,7 @@ TEST_CASE("the random sequence with each rank copying into its slot its own way 
   auto rendezvous = std::make_shared<MemRendezvous>();
   rethrowFailures(spawn(size, [&](int r) {
     ShmOptions o = mediumOptions();
-    const shm::SlotStores modes[] = {shm::SlotStores::kCached, shm::SlotStores::kStreaming, shm::SlotStores::kAuto};
+    const core::SlotStores modes[] = {core::SlotStores::kCached, core::SlotStores::kStreaming, core::SlotStores::kAuto};
     o.slotStores = modes[r % 3];
     Peer p(rendezvous, r, size, o);
     abortingOnThrow({&p.comm}, [&] {

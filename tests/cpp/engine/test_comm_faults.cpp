@@ -127,7 +127,7 @@ TEST_CASE("ranks that disagree on an operation all fail naming it, and the group
       Caught c = catchError([&] { m.call(p, odd, p.op(opName, Ms(3000))); });
       std::vector<std::string> parts{"disagree"};
       parts.insert(parts.end(), m.mustName.begin(), m.mustName.end());
-      const std::string what = detail::str("mismatch of ", m.name);
+      const std::string what = core::detail::str("mismatch of ", m.name);
       expectError(c, what, p.rank(), parts);
       expectStaysFailed(p, what, "disagree");
     });
@@ -181,7 +181,7 @@ TEST_CASE("a rank that never attaches makes the others time out naming it", "[sh
       return;
     }
     Caught c = catchError([&] { p.comm.barrier(p.op("barrier", Ms(300))); });
-    expectError(c, "attach timeout", p.rank(), {detail::str("[", missing, "]"), "never attached"});
+    expectError(c, "attach timeout", p.rank(), {core::detail::str("[", missing, "]"), "never attached"});
     timeouts.fetch_add(c.timeout ? 1 : 0);
     expectTimeout(c, p.rank());
     expectStaysFailed(p, "attach timeout", "never attached", c);

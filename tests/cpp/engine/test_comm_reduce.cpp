@@ -18,7 +18,7 @@ std::vector<RedOp> opsFor(DType t) {
   if (t == DType::kBool) {
     return {RedOp::kSum, RedOp::kProduct, RedOp::kMin, RedOp::kMax, RedOp::kBand, RedOp::kBor, RedOp::kBxor};
   }
-  if (shm::isFloating(t)) {
+  if (core::isFloating(t)) {
     return {RedOp::kSum, RedOp::kAvg, RedOp::kProduct, RedOp::kMin, RedOp::kMax, RedOp::kPremulSum};
   }
   return {RedOp::kSum, RedOp::kAvg, RedOp::kProduct, RedOp::kMin, RedOp::kMax, RedOp::kBand, RedOp::kBor, RedOp::kBxor};
@@ -27,7 +27,7 @@ std::vector<RedOp> opsFor(DType t) {
 // Empty, one element, odd, just past the one-shot limit (two-shot with uneven and empty slices), and five elements
 // more than three slots hold.
 std::vector<size_t> countsFor(DType t, const ShmOptions& o) {
-  const size_t es = shm::dtypeSize(t);
+  const size_t es = core::dtypeSize(t);
   return {0, 1, 1001, o.oneShotMaxBytes / es + 3, 3 * o.slotBytes / es + 5};
 }
 
@@ -84,13 +84,13 @@ double expected(DType t, RedOp op, int size, size_t i) {
   const double sum = s * (p * (p + 1) / 2 + p * k);
   switch (op) {
     case RedOp::kSum: return sum;
-    case RedOp::kAvg: return shm::isFloating(t) ? sum / p : double(int64_t(sum) / int64_t(size));
+    case RedOp::kAvg: return core::isFloating(t) ? sum / p : double(int64_t(sum) / int64_t(size));
     case RedOp::kPremulSum: return kPremulFactor * sum;
     case RedOp::kMin: return s > 0 ? 1 + k : -(p + k);  // rank 0's value, or rank P-1's when negative
     case RedOp::kMax: return s > 0 ? p + k : -(1 + k);
     default: break;
   }
-  throw Error("test: no expected value for this op");
+  throw core::Error("test: no expected value for this op");
 }
 
 ReduceArgs argsFor(DType t, RedOp op, int size) {
@@ -103,12 +103,13 @@ ReduceArgs argsFor(DType t, RedOp op, int size) {
 }
 
 std::string caseName(const char* coll, DType t, RedOp op, int size, size_t count) {
-  return detail::str(coll, " ", shm::dtypeName(t), " ", shm::redOpName(op), ", ", size, " ranks, count ", count);
+  return core::detail::str(coll, " ", core::dtypeName(t), " ", core::redOpName(op), ", ", size, " ranks, count ",
+                           count);
 }
 
 // Rank r's input: `count` elements starting at global index `first` (never a null pointer).
 std::vector<uint8_t> makeInput(DType t, RedOp op, int r, size_t count, size_t first = 0) {
-  std::vector<uint8_t> buf(std::max<size_t>(count, 1) * shm::dtypeSize(t));
+  std::vector<uint8_t> buf(std::max<size_t>(count, 1) * core::dtypeSize(t));
   for (size_t i = 0; i < count; ++i) {
     storeValue(t, buf.data(), i, input(t, op, r, first + i));
   }
@@ -148,7 +149,7 @@ void reduceMatrix(Peer& p, const ShmOptions& o) {
     for (RedOp op : opsFor(t)) {
       for (size_t count : countsFor(t, o)) {
         root = (root + 1) % p.size();
-        const std::string what = caseName("reduce", t, op, p.size(), count) + detail::str(", root ", root);
+        const std::string what = caseName("reduce", t, op, p.size(), count) + core::detail::str(", root ", root);
         auto in = makeInput(t, op, p.rank(), count);
         Output out(t, count);
         void* dst = p.rank() == root ? out.data() : nullptr;
@@ -206,7 +207,7 @@ A referenceElement(DType t, RedOp op, int size, size_t i) {
 }
 
 std::vector<uint8_t> referenceBits(DType t, RedOp op, int size, size_t count) {
-  std::vector<uint8_t> out(count * shm::dtypeSize(t));
+  std::vector<uint8_t> out(count * core::dtypeSize(t));
   for (size_t i = 0; i < count; ++i) {
     if (t == DType::kFloat64) {
       storeValue(t, out.data(), i, referenceElement<double>(t, op, size, i));
@@ -221,7 +222,7 @@ void checkBits(const std::string& what, int rank, DType t, const void* got, cons
   if (std::memcmp(got, want.data(), want.size()) == 0) {
     return;
   }
-  const size_t es = shm::dtypeSize(t);
+  const size_t es = core::dtypeSize(t);
   for (size_t i = 0; i * es < want.size(); ++i) {
     if (std::memcmp(static_cast<const uint8_t*>(got) + i * es, want.data() + i * es, es) != 0) {
       failAt(what + " (bitwise)", rank, i, loadValue(t, got, i), loadValue(t, want.data(), i));
@@ -288,8 +289,8 @@ TEST_CASE("reductions with the default options", "[shm][all_reduce][reduce][redu
   runGroup(size, o, [&](Peer& p) {
     for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
       // One-shot, just past the one-shot limit, and just past one slot.
-      for (size_t count : {size_t(0), size_t(1), size_t(1001), o.oneShotMaxBytes / shm::dtypeSize(t) + 3,
-                           o.slotBytes / shm::dtypeSize(t) + 5}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(1001), o.oneShotMaxBytes / core::dtypeSize(t) + 3,
+                           o.slotBytes / core::dtypeSize(t) + 5}) {
         const std::string what = caseName("all_reduce", t, RedOp::kSum, size, count);
         auto in = makeInput(t, RedOp::kSum, p.rank(), count);
         Output out(t, count);
@@ -316,7 +317,7 @@ TEST_CASE("in-place all_reduce (one-shot and two-shot) and reduce_scatter", "[sh
           checkReduced(what, p.rank(), t, op, size, buf.data(), count);
           // One contiguous input, as torch passes it; the output is our own block of it.
           const std::string rsWhat = caseName("in-place reduce_scatter", t, op, size, count);
-          const size_t es = shm::dtypeSize(t);
+          const size_t es = core::dtypeSize(t);
           auto all = makeInput(t, op, p.rank(), count * size_t(size));
           const auto original = all;
           std::vector<const void*> ins;
@@ -349,9 +350,9 @@ TEST_CASE("floating-point reductions are bit-identical on every rank and follow 
     for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
       for (RedOp op : {RedOp::kSum, RedOp::kAvg, RedOp::kProduct, RedOp::kPremulSum}) {
         // One-shot (127 elements fit 1 KiB), two-shot in one chunk, two-shot over several chunks.
-        for (size_t count : {size_t(127), size_t(1001), 3 * smallOptions().slotBytes / shm::dtypeSize(t) + 5}) {
+        for (size_t count : {size_t(127), size_t(1001), 3 * smallOptions().slotBytes / core::dtypeSize(t) + 5}) {
           const std::string what = caseName("all_reduce", t, op, size, count);
-          std::vector<uint8_t> in(count * shm::dtypeSize(t));
+          std::vector<uint8_t> in(count * core::dtypeSize(t));
           for (size_t i = 0; i < count; ++i) {
             storeValue(t, in.data(), i, fuzzy(p.rank(), i), /*exact=*/false);
           }

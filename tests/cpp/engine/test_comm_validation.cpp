@@ -77,7 +77,7 @@ TEST_CASE("reductions without a meaning are refused naming op and dtype", "[shm]
     args.dtype = bad.dtype;
     args.op = bad.op;
     args.divisor = 2;
-    const std::string op = shm::redOpName(bad.op);
+    const std::string op = core::redOpName(bad.op);
     INFO(op << " on " << bad.dtypeName);
     const std::vector<Caught> refusals{
         catchError([&] { p.comm.allreduce(p.op("all_reduce", Ms(1000)), buf.data(), buf.data(), 4, args); }),

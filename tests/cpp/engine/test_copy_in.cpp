@@ -12,9 +12,9 @@
 namespace tunedist::test {
 namespace {
 
+using core::SlotStores;
 using shm::SlotCopyIn;
 using shm::SlotStoreChooser;
-using shm::SlotStores;
 using Next = SlotStoreChooser::Next;
 constexpr size_t kBig = SlotStoreChooser::kTimedMinBytes;
 
@@ -257,25 +257,25 @@ TEST_CASE("auto: copies that stream unless forced are neither timed nor counted 
 }
 
 TEST_CASE("TUNEDIST_SLOT_STORES forces the slot stores, and a bad value names the variable", "[copy_in][options]") {
-  CHECK(shm::ShmOptions{}.slotStores == SlotStores::kAuto);
+  CHECK(core::ShmOptions{}.slotStores == SlotStores::kAuto);
   {
     ScopedEnv env("TUNEDIST_SLOT_STORES", "streaming");
-    CHECK(shm::ShmOptions::fromEnv().slotStores == SlotStores::kStreaming);
+    CHECK(core::ShmOptions::fromEnv().slotStores == SlotStores::kStreaming);
   }
   {
     ScopedEnv env("TUNEDIST_SLOT_STORES", "cached");
-    CHECK(shm::ShmOptions::fromEnv().slotStores == SlotStores::kCached);
+    CHECK(core::ShmOptions::fromEnv().slotStores == SlotStores::kCached);
   }
   {
     ScopedEnv env("TUNEDIST_SLOT_STORES", "auto");
-    CHECK(shm::ShmOptions::fromEnv().slotStores == SlotStores::kAuto);
+    CHECK(core::ShmOptions::fromEnv().slotStores == SlotStores::kAuto);
   }
   {
     ScopedEnv env("TUNEDIST_SLOT_STORES", "per-copy");
-    CHECK(shm::ShmOptions::fromEnv().slotStores == SlotStores::kAutoPerCopy);
+    CHECK(core::ShmOptions::fromEnv().slotStores == SlotStores::kAutoPerCopy);
   }
   ScopedEnv env("TUNEDIST_SLOT_STORES", "fast");
-  CHECK_THROWS_WITH(shm::ShmOptions::fromEnv(), Catch::Contains("TUNEDIST_SLOT_STORES") && Catch::Contains("fast"));
+  CHECK_THROWS_WITH(core::ShmOptions::fromEnv(), Catch::Contains("TUNEDIST_SLOT_STORES") && Catch::Contains("fast"));
 }
 
 }  // namespace tunedist::test

@@ -19,12 +19,13 @@
 
 namespace {
 
-using tunedist::shm::DType;
-using tunedist::shm::RedOp;
-using tunedist::shm::ReduceArgs;
-using tunedist::shm::SimdLevel;
+using tunedist::core::DType;
+using tunedist::core::RedOp;
+using tunedist::kernels::ReduceArgs;
+using tunedist::kernels::SimdLevel;
 using Bytes = std::vector<uint8_t>;
-namespace shm = tunedist::shm;
+namespace core = tunedist::core;
+namespace kernels = tunedist::kernels;
 using tunedist::test::LevelReset;
 using tunedist::test::levelsToTest;
 
@@ -41,9 +42,9 @@ constexpr size_t kGuardBytes = 64;
 
 bool supported(DType d, RedOp op) {
   try {
-    shm::checkReduceSupported(d, op);
+    kernels::checkReduceSupported(d, op);
     return true;
-  } catch (const tunedist::Error&) {
+  } catch (const tunedist::core::Error&) {
     return false;
   }
 }
@@ -171,7 +172,7 @@ void fillInt(const ReduceArgs& a, std::vector<Bytes>& in, Bytes& expected, size_
 
 // Inputs for every source and the expected output, from closed forms of (rank, index).
 void makeCase(const ReduceArgs& a, int nsrc, size_t count, std::vector<Bytes>& in, Bytes& expected) {
-  const size_t elem = shm::dtypeSize(a.dtype);
+  const size_t elem = core::dtypeSize(a.dtype);
   in.assign(nsrc, Bytes(count * elem));
   expected.assign(count * elem, 0);
   switch (a.dtype) {
@@ -208,7 +209,7 @@ void makeCase(const ReduceArgs& a, int nsrc, size_t count, std::vector<Bytes>& i
 // Runs reduce on copies of `in`; alias < 0 writes a separate buffer, else out == srcs[alias]. With `shift`, every
 // buffer starts one element past the allocation's (16-byte) alignment, as a tensor view may.
 Bytes runReduce(const ReduceArgs& a, const std::vector<Bytes>& in, int alias, size_t count, bool shift = false) {
-  const size_t elem = shm::dtypeSize(a.dtype), bytes = count * elem, pre = shift ? elem : 0;
+  const size_t elem = core::dtypeSize(a.dtype), bytes = count * elem, pre = shift ? elem : 0;
   std::vector<Bytes> bufs(in);
   for (Bytes& b : bufs) {
     b.insert(b.begin(), pre, kGuard);
@@ -218,7 +219,7 @@ Bytes runReduce(const ReduceArgs& a, const std::vector<Bytes>& in, int alias, si
   std::vector<const void*> srcs;
   for (Bytes& b : bufs) srcs.push_back(b.data() + pre);
   Bytes& out = alias < 0 ? separate : bufs[alias];
-  shm::reduce(a, out.data() + pre, srcs.data(), static_cast<int>(srcs.size()), count);
+  kernels::reduce(a, out.data() + pre, srcs.data(), static_cast<int>(srcs.size()), count);
   for (size_t g = 0; g < pre; ++g) REQUIRE(out[g] == kGuard);
   for (size_t g = pre + bytes; g < out.size(); ++g) REQUIRE(out[g] == kGuard);
   return Bytes(out.begin() + pre, out.begin() + pre + bytes);
@@ -240,7 +241,7 @@ std::string hexElem(const Bytes& b, size_t i, size_t elem) {
 
 // One CHECK per comparison (not per element) keeps the matrix fast; INFO names everything needed to reproduce.
 void checkSame(const std::string& what, const Bytes& expected, const Bytes& actual, DType d) {
-  const size_t elem = shm::dtypeSize(d);
+  const size_t elem = core::dtypeSize(d);
   REQUIRE(expected.size() == actual.size());
   const size_t bad = firstMismatch(expected, actual, elem);
   if (bad == kNone) return;
@@ -251,8 +252,8 @@ void checkSame(const std::string& what, const Bytes& expected, const Bytes& actu
 
 std::string describe(const ReduceArgs& a, int nsrc, size_t count, SimdLevel l, int alias) {
   std::ostringstream os;
-  os << "dtype " << shm::dtypeName(a.dtype) << " op " << shm::redOpName(a.op) << " nsrc " << nsrc << " count " << count
-     << " level " << shm::simdLevelName(l) << " out ";
+  os << "dtype " << core::dtypeName(a.dtype) << " op " << core::redOpName(a.op) << " nsrc " << nsrc << " count "
+     << count << " level " << kernels::simdLevelName(l) << " out ";
   if (alias < 0) {
     os << "separate";
   } else {
@@ -278,7 +279,7 @@ TEST_CASE("reduce matches the closed-form reference at every SIMD level", "[shm]
           a.dtype = d, a.op = op, a.factor = 0.25, a.divisor = std::max(1, nsrc - 1 + static_cast<int>(count % 3));
           makeCase(a, nsrc, count, in, expected);
           for (SimdLevel l : levels) {
-            shm::forceSimdLevel(l);
+            kernels::forceSimdLevel(l);
             for (int alias : {-1, 0, nsrc - 1}) {
               const bool shift = count % 2 == 1;
               INFO("buffers " << (shift ? "shifted by one element" : "16-byte aligned"));
@@ -297,7 +298,7 @@ TEST_CASE("fp16 and bf16 accumulate in fp32 and round once", "[shm][kernels]") {
   // (128 bf16 at AVX-512), one register (32), and the scalar tail.
   LevelReset reset;
   for (SimdLevel l : levelsToTest()) {
-    shm::forceSimdLevel(l);
+    kernels::forceSimdLevel(l);
     for (DType d : {DType::kFloat16, DType::kBFloat16}) {
       const float halfUlp = d == DType::kFloat16 ? 0x1p-11f : 0x1p-8f;
       ReduceArgs a;
@@ -314,7 +315,7 @@ TEST_CASE("fp16 and bf16 accumulate in fp32 and round once", "[shm][kernels]") {
         INFO("expected value " << x + 2 * x * halfUlp);
         REQUIRE(get<uint16_t>(expected, i) != get<uint16_t>(in[0], i));  // the test itself: pairwise would differ
       }
-      checkSame(std::string("single rounding ") + shm::dtypeName(d) + " " + shm::simdLevelName(l), expected,
+      checkSame(std::string("single rounding ") + core::dtypeName(d) + " " + kernels::simdLevelName(l), expected,
                 runReduce(a, in, -1, kCount), d);
     }
   }
@@ -337,8 +338,8 @@ TEST_CASE("a one-source reduce in place keeps the values, or scales them where t
     a.divisor = c.divisor;
     std::vector<float> v(1000, 3.0f);
     const void* src = v.data();
-    shm::reduce(a, v.data(), &src, 1, v.size());
-    INFO(shm::redOpName(c.op) << " factor " << c.factor << " divisor " << c.divisor);
+    kernels::reduce(a, v.data(), &src, 1, v.size());
+    INFO(core::redOpName(c.op) << " factor " << c.factor << " divisor " << c.divisor);
     REQUIRE(std::all_of(v.begin(), v.end(), [&](float x) { return x == c.expected; }));
   }
   // Bool normalises any nonzero byte to 1, so it always runs.
@@ -347,7 +348,7 @@ TEST_CASE("a one-source reduce in place keeps the values, or scales them where t
   b.op = RedOp::kMax;
   Bytes flags = {0, 1, 2, 255};
   const void* src = flags.data();
-  shm::reduce(b, flags.data(), &src, 1, flags.size());
+  kernels::reduce(b, flags.data(), &src, 1, flags.size());
   REQUIRE(flags == Bytes{0, 1, 1, 1});
 }
 
@@ -359,7 +360,7 @@ TEST_CASE("MIN and MAX propagate NaN, identically at every level", "[shm][kernel
     for (RedOp op : {RedOp::kMin, RedOp::kMax}) {
       for (int nsrc : {1, 2, 3, 8}) {
         const size_t count = 37;
-        std::vector<Bytes> in(nsrc, Bytes(count * shm::dtypeSize(d)));
+        std::vector<Bytes> in(nsrc, Bytes(count * core::dtypeSize(d)));
         std::vector<bool> expectNan(count, false);
         for (size_t i = 0; i < count; ++i) {
           for (int r = 0; r < nsrc; ++r) {
@@ -375,7 +376,7 @@ TEST_CASE("MIN and MAX propagate NaN, identically at every level", "[shm][kernel
         a.dtype = d, a.op = op;
         Bytes firstOut;
         for (SimdLevel l : levels) {
-          shm::forceSimdLevel(l);
+          kernels::forceSimdLevel(l);
           const Bytes out = runReduce(a, in, -1, count);
           for (size_t i = 0; i < count; ++i) {
             const double v = d == DType::kFloat32   ? get<float>(out, i)
@@ -405,7 +406,7 @@ TEST_CASE("random bit patterns give the same bits at every level", "[shm][kernel
     for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
       for (RedOp op : {RedOp::kSum, RedOp::kAvg, RedOp::kProduct, RedOp::kMin, RedOp::kMax, RedOp::kPremulSum}) {
         for (int nsrc : {1, 2, 3, 4}) {
-          const size_t elem = shm::dtypeSize(d), count = 3001;
+          const size_t elem = core::dtypeSize(d), count = 3001;
           const int mantBits = d == DType::kFloat64 ? 52 : d == DType::kFloat32 ? 23 : d == DType::kFloat16 ? 10 : 7;
           const uint64_t quietBit = uint64_t{1} << (mantBits - 1);
           const uint64_t expMask = ((uint64_t{1} << (elem * 8 - 1)) - 1) & ~((uint64_t{1} << mantBits) - 1);
@@ -427,7 +428,7 @@ TEST_CASE("random bit patterns give the same bits at every level", "[shm][kernel
           a.dtype = d, a.op = op, a.factor = 1.0 / 3.0, a.divisor = 3;
           Bytes firstOut;
           for (SimdLevel l : levels) {
-            shm::forceSimdLevel(l);
+            kernels::forceSimdLevel(l);
             const Bytes out = runReduce(a, in, 0, count, /*shift=*/true);
             if (l == levels.front()) firstOut = out;  // scalar, unless TUNEDIST_SIMD pins another
             checkSame(std::string(withNaN ? "" : "no NaN, ") +
@@ -447,23 +448,23 @@ TEST_CASE("unsupported combinations and bad arguments throw, naming op and dtype
     for (RedOp op : {RedOp::kBand, RedOp::kBor, RedOp::kBxor}) {
       ReduceArgs a;
       a.dtype = d, a.op = op;
-      const std::string what = std::string(shm::redOpName(op)) + " is not defined for " + shm::dtypeName(d);
-      CHECK_THROWS_WITH(shm::reduce(a, &x, srcs, 2, 1), Contains(what));
-      CHECK_THROWS_AS(shm::checkReduceSupported(d, op), tunedist::Error);
+      const std::string what = std::string(core::redOpName(op)) + " is not defined for " + core::dtypeName(d);
+      CHECK_THROWS_WITH(kernels::reduce(a, &x, srcs, 2, 1), Contains(what));
+      CHECK_THROWS_AS(kernels::checkReduceSupported(d, op), tunedist::core::Error);
     }
   }
-  CHECK_THROWS_WITH(shm::checkReduceSupported(DType::kBool, RedOp::kAvg), Contains("AVG is not defined for bool"));
-  CHECK_THROWS_WITH(shm::checkReduceSupported(DType::kBool, RedOp::kPremulSum),
+  CHECK_THROWS_WITH(kernels::checkReduceSupported(DType::kBool, RedOp::kAvg), Contains("AVG is not defined for bool"));
+  CHECK_THROWS_WITH(kernels::checkReduceSupported(DType::kBool, RedOp::kPremulSum),
                     Contains("PREMUL_SUM is not defined for bool"));
-  CHECK_THROWS_WITH(shm::checkReduceSupported(DType::kInt32, RedOp::kPremulSum),
+  CHECK_THROWS_WITH(kernels::checkReduceSupported(DType::kInt32, RedOp::kPremulSum),
                     Contains("PREMUL_SUM") && Contains("int32"));
   ReduceArgs a;  // float32 SUM
-  CHECK_THROWS_WITH(shm::reduce(a, &x, srcs, 0, 1), Contains("between 1 and 65536 sources"));
+  CHECK_THROWS_WITH(kernels::reduce(a, &x, srcs, 0, 1), Contains("between 1 and 65536 sources"));
   a.op = RedOp::kAvg, a.divisor = 0;
-  CHECK_THROWS_WITH(shm::reduce(a, &x, srcs, 2, 1), Contains("divisor"));
+  CHECK_THROWS_WITH(kernels::reduce(a, &x, srcs, 2, 1), Contains("divisor"));
   a.op = RedOp::kSum;
   float buf[8] = {};
   const void* overlapping[] = {buf, buf + 1};
-  CHECK_THROWS_WITH(shm::reduce(a, buf, overlapping, 2, 4), Contains("partially overlaps"));
-  CHECK_NOTHROW(shm::reduce(a, &x, srcs, 2, 0));  // count 0: nothing to do, even before pointers are looked at
+  CHECK_THROWS_WITH(kernels::reduce(a, buf, overlapping, 2, 4), Contains("partially overlaps"));
+  CHECK_NOTHROW(kernels::reduce(a, &x, srcs, 2, 0));  // count 0: nothing to do, even before pointers are looked at
 }

@@ -18,7 +18,7 @@
 
 namespace {
 
-namespace shm = tunedist::shm;
+namespace kernels = tunedist::kernels;
 using tunedist::test::LevelReset;
 using tunedist::test::levelsToTest;
 using Floats = std::vector<float>;
@@ -79,48 +79,48 @@ const Shape kShapes[] = {{512, 384, 1}, {37, 13, 3}, {1, 9, 1},    {9, 1, 1},  {
 
 TEST_CASE("low-rank products match float64 references at every SIMD level", "[shm][kernels][lowrank]") {
   LevelReset reset;
-  for (shm::SimdLevel level : levelsToTest()) {
-    shm::forceSimdLevel(level);
+  for (kernels::SimdLevel level : levelsToTest()) {
+    kernels::forceSimdLevel(level);
     for (const Shape& s : kShapes) {
       {
-        INFO("level " << shm::simdLevelName(level) << ", M " << s.n << " x " << s.m << ", r " << s.r);
+        INFO("level " << kernels::simdLevelName(level) << ", M " << s.n << " x " << s.m << ", r " << s.r);
         const int64_t n = s.n, m = s.m, r = s.r;
         const Floats mat = randomFloats(size_t(n * m), uint32_t(n * 7 + m));
         const Floats q = randomFloats(size_t(m * r), uint32_t(r + 11));
         Floats qT(size_t(r * m));
-        shm::transposeFloat(qT.data(), q.data(), m, r);
+        kernels::transposeFloat(qT.data(), q.data(), m, r);
         for (int64_t j = 0; j < m; ++j)
           for (int64_t k = 0; k < r; ++k) REQUIRE(qT[size_t(k * m + j)] == q[size_t(j * r + k)]);
 
         // 1. P = M Q.
         Floats p(size_t(n * r), std::numeric_limits<float>::quiet_NaN());
-        shm::lowRankProject(mat.data(), m, qT.data(), r, p.data(), 0, n);
+        kernels::lowRankProject(mat.data(), m, qT.data(), r, p.data(), 0, n);
         checkProduct(
             p, n, r, m, [&](int64_t i, int64_t t) { return mat[size_t(i * m + t)]; },
             [&](int64_t t, int64_t k) { return q[size_t(t * r + k)]; });
 
         // 2. Q = M^T P, written transposed.
         Floats q2T(size_t(r * m), std::numeric_limits<float>::quiet_NaN());
-        shm::lowRankProjectT(mat.data(), n, m, p.data(), r, q2T.data(), 0, m);
+        kernels::lowRankProjectT(mat.data(), n, m, p.data(), r, q2T.data(), 0, m);
         checkProduct(
             q2T, r, m, n, [&](int64_t k, int64_t i) { return p[size_t(i * r + k)]; },
             [&](int64_t i, int64_t j) { return mat[size_t(i * m + j)]; });
 
         // 3. out = P Q^T, err = old out - new out, in one pass; without err only out.
         Floats out = mat, err(size_t(n * m), std::numeric_limits<float>::quiet_NaN());
-        shm::lowRankExpand(out.data(), err.data(), m, p.data(), q2T.data(), r, 0, n);
+        kernels::lowRankExpand(out.data(), err.data(), m, p.data(), q2T.data(), r, 0, n);
         const auto pAt = [&](int64_t i, int64_t k) { return p[size_t(i * r + k)]; };
         const auto qAt = [&](int64_t k, int64_t j) { return q2T[size_t(k * m + j)]; };
         checkProduct(out, n, m, r, pAt, qAt);
         checkProduct(err, n, m, r, pAt, qAt, &mat);
         Floats out2 = mat;
-        shm::lowRankExpand(out2.data(), nullptr, m, p.data(), q2T.data(), r, 0, n);
+        kernels::lowRankExpand(out2.data(), nullptr, m, p.data(), q2T.data(), r, 0, n);
         REQUIRE(out2 == out);
 
         // 4. M += E fused with P = M Q: the sum stored back, P of the sum.
         const Floats e = randomFloats(size_t(n * m), 99);
         Floats fed = mat, p3(size_t(n * r));
-        shm::lowRankAddProject(fed.data(), e.data(), m, qT.data(), r, p3.data(), 0, n);
+        kernels::lowRankAddProject(fed.data(), e.data(), m, qT.data(), r, p3.data(), 0, n);
         for (size_t i = 0; i < fed.size(); ++i) REQUIRE(fed[i] == mat[i] + e[i]);
         checkProduct(
             p3, n, r, m, [&](int64_t i, int64_t t) { return fed[size_t(i * m + t)]; },
@@ -136,21 +136,21 @@ TEST_CASE("low-rank results do not depend on how rows and columns are split", "[
   const Floats qT = randomFloats(size_t(r * m), 2);
   const Floats p = randomFloats(size_t(n * r), 3);
   Floats whole(size_t(n * r)), split(size_t(n * r));
-  shm::lowRankProject(mat.data(), m, qT.data(), r, whole.data(), 0, n);
+  kernels::lowRankProject(mat.data(), m, qT.data(), r, whole.data(), 0, n);
   for (int64_t b = 0; b < n; b += 10)
-    shm::lowRankProject(mat.data(), m, qT.data(), r, split.data(), b, std::min(n, b + 10));
+    kernels::lowRankProject(mat.data(), m, qT.data(), r, split.data(), b, std::min(n, b + 10));
   REQUIRE(whole == split);
 
   Floats qWhole(size_t(r * m)), qSplit(size_t(r * m));
-  shm::lowRankProjectT(mat.data(), n, m, p.data(), r, qWhole.data(), 0, m);
+  kernels::lowRankProjectT(mat.data(), n, m, p.data(), r, qWhole.data(), 0, m);
   for (int64_t b = 0; b < m; b += 13)
-    shm::lowRankProjectT(mat.data(), n, m, p.data(), r, qSplit.data(), b, std::min(m, b + 13));
+    kernels::lowRankProjectT(mat.data(), n, m, p.data(), r, qSplit.data(), b, std::min(m, b + 13));
   REQUIRE(qWhole == qSplit);
 
   Floats o1 = mat, o2 = mat, e1(mat.size()), e2(mat.size());
-  shm::lowRankExpand(o1.data(), e1.data(), m, p.data(), qT.data(), r, 0, n);
+  kernels::lowRankExpand(o1.data(), e1.data(), m, p.data(), qT.data(), r, 0, n);
   for (int64_t b = 0; b < n; b += 3)
-    shm::lowRankExpand(o2.data(), e2.data(), m, p.data(), qT.data(), r, b, std::min(n, b + 3));
+    kernels::lowRankExpand(o2.data(), e2.data(), m, p.data(), qT.data(), r, b, std::min(n, b + 3));
   REQUIRE(o1 == o2);
   REQUIRE(e1 == e2);
 }
@@ -163,17 +163,17 @@ TEST_CASE("the error is the same with and without streaming stores", "[shm][kern
   const Floats qT = randomFloats(size_t(r * m), 22);
   const Floats p = randomFloats(size_t(n * r), 23);
   LevelReset reset;
-  for (shm::SimdLevel level : levelsToTest()) {
-    shm::forceSimdLevel(level);
-    INFO("level " << shm::simdLevelName(level));
+  for (kernels::SimdLevel level : levelsToTest()) {
+    kernels::forceSimdLevel(level);
+    INFO("level " << kernels::simdLevelName(level));
     AlignedFloats buffer(size_t(n * m + 8));
     REQUIRE(reinterpret_cast<uintptr_t>(buffer.data()) % 64 == 0);
     Floats o1 = mat, o2 = mat;
     float* aligned = buffer.data();
-    shm::lowRankExpand(o1.data(), aligned, m, p.data(), qT.data(), r, 0, n);
+    kernels::lowRankExpand(o1.data(), aligned, m, p.data(), qT.data(), r, 0, n);
     const Floats streamed(aligned, aligned + n * m);
     float* unaligned = buffer.data() + 1;  // rows 4 bytes off: normal stores
-    shm::lowRankExpand(o2.data(), unaligned, m, p.data(), qT.data(), r, 0, n);
+    kernels::lowRankExpand(o2.data(), unaligned, m, p.data(), qT.data(), r, 0, n);
     REQUIRE(o1 == o2);
     REQUIRE(streamed == Floats(unaligned, unaligned + n * m));
     for (int64_t i = 0; i < n * m; ++i) REQUIRE(streamed[size_t(i)] == mat[size_t(i)] - o1[size_t(i)]);
@@ -183,7 +183,7 @@ TEST_CASE("the error is the same with and without streaming stores", "[shm][kern
 TEST_CASE("Gram-Schmidt gives orthonormal columns; a zero column gives NaN", "[shm][kernels][lowrank]") {
   const int64_t rows = 41, r = 3;
   Floats x = randomFloats(size_t(rows * r), 5);
-  shm::lowRankGramSchmidt(x.data(), rows, r, 0.0f);
+  kernels::lowRankGramSchmidt(x.data(), rows, r, 0.0f);
   for (int64_t a = 0; a < r; ++a) {
     for (int64_t b = 0; b < r; ++b) {
       double dot = 0.0;
@@ -192,21 +192,21 @@ TEST_CASE("Gram-Schmidt gives orthonormal columns; a zero column gives NaN", "[s
     }
   }
   Floats zero(size_t(rows), 0.0f);
-  shm::lowRankGramSchmidt(zero.data(), rows, 1, 0.0f);
+  kernels::lowRankGramSchmidt(zero.data(), rows, 1, 0.0f);
   for (float v : zero) REQUIRE(std::isnan(v));
   Floats withEps(size_t(rows), 0.0f);
-  shm::lowRankGramSchmidt(withEps.data(), rows, 1, 1e-8f);  // epsilon: 0 / (0 + eps) = 0, no NaN
+  kernels::lowRankGramSchmidt(withEps.data(), rows, 1, 1e-8f);  // epsilon: 0 / (0 + eps) = 0, no NaN
   for (float v : withEps) REQUIRE(v == 0.0f);
 }
 
 TEST_CASE("low-rank kernels reject bad shapes and ranges", "[shm][kernels][lowrank]") {
   Floats a(16), b(16), c(16);
-  REQUIRE_THROWS_WITH(shm::lowRankProject(a.data(), 0, b.data(), 1, c.data(), 0, 1),
+  REQUIRE_THROWS_WITH(kernels::lowRankProject(a.data(), 0, b.data(), 1, c.data(), 0, 1),
                       Catch::Contains("lowRankProject: bad shape"));
-  REQUIRE_THROWS_WITH(shm::lowRankProjectT(a.data(), 4, 4, b.data(), 1, c.data(), 2, 5),
+  REQUIRE_THROWS_WITH(kernels::lowRankProjectT(a.data(), 4, 4, b.data(), 1, c.data(), 2, 5),
                       Catch::Contains("column range [2, 5) is outside [0, 4)"));
-  REQUIRE_THROWS_WITH(shm::lowRankAddProject(a.data(), nullptr, 4, b.data(), 1, c.data(), 0, 1),
+  REQUIRE_THROWS_WITH(kernels::lowRankAddProject(a.data(), nullptr, 4, b.data(), 1, c.data(), 0, 1),
                       Catch::Contains("error missing"));
-  REQUIRE_THROWS_WITH(shm::lowRankExpand(a.data(), nullptr, 4, b.data(), c.data(), 0, 0, 1),
+  REQUIRE_THROWS_WITH(kernels::lowRankExpand(a.data(), nullptr, 4, b.data(), c.data(), 0, 0, 1),
                       Catch::Contains("lowRankExpand: bad shape"));
 }

@@ -21,12 +21,12 @@ extern char** environ;
 
 namespace {
 
-using tunedist::shm::ReduceArgs;
-using tunedist::shm::SimdLevel;
+using tunedist::kernels::ReduceArgs;
+using tunedist::kernels::SimdLevel;
 using tunedist::test::LevelReset;
 using tunedist::test::levelsToTest;
 using Bytes = std::vector<uint8_t>;
-namespace shm = tunedist::shm;
+namespace kernels = tunedist::kernels;
 
 // Written after the output to catch stores past the end.
 constexpr uint8_t kGuard = 0xA5;
@@ -37,16 +37,17 @@ constexpr size_t kGuardBytes = 64;
 TEST_CASE("forcing a level the CPU lacks throws", "[shm][kernels]") {
   using Catch::Matchers::Contains;
   LevelReset reset;
-  const SimdLevel best = shm::detectSimdLevel();
+  const SimdLevel best = kernels::detectSimdLevel();
   bool anyMissing = false;
   for (SimdLevel l : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (static_cast<int>(l) <= static_cast<int>(best)) continue;
     anyMissing = true;
-    CHECK_THROWS_WITH(shm::forceSimdLevel(l), Contains(shm::simdLevelName(l)) && Contains(shm::simdLevelName(best)));
+    CHECK_THROWS_WITH(kernels::forceSimdLevel(l),
+                      Contains(kernels::simdLevelName(l)) && Contains(kernels::simdLevelName(best)));
   }
   if (!anyMissing) WARN("this CPU has every SIMD level; nothing unsupported to force");
-  CHECK_THROWS_AS(shm::forceSimdLevel(static_cast<SimdLevel>(7)), tunedist::Error);
-  CHECK_NOTHROW(shm::forceSimdLevel(SimdLevel::kScalar));
+  CHECK_THROWS_AS(kernels::forceSimdLevel(static_cast<SimdLevel>(7)), tunedist::core::Error);
+  CHECK_NOTHROW(kernels::forceSimdLevel(SimdLevel::kScalar));
 }
 
 // Run by the test below in a child process, because TUNEDIST_SIMD is read once per process. Hidden ("[.]").
@@ -55,14 +56,14 @@ TEST_CASE("TUNEDIST_SIMD child", "[.][simd-env-child]") {
   const std::string env = std::getenv("TUNEDIST_SIMD") ? std::getenv("TUNEDIST_SIMD") : "";
   const std::string expect = std::getenv("TUNEDIST_EXPECT") ? std::getenv("TUNEDIST_EXPECT") : "";
   if (expect.empty()) {
-    CHECK_THROWS_WITH(shm::activeSimdLevel(), Contains("TUNEDIST_SIMD=" + env));
+    CHECK_THROWS_WITH(kernels::activeSimdLevel(), Contains("TUNEDIST_SIMD=" + env));
     float x = 1;
     const void* srcs[] = {&x};
-    CHECK_THROWS_WITH(shm::reduce(ReduceArgs{}, &x, srcs, 1, 1), Contains("TUNEDIST_SIMD=" + env));
+    CHECK_THROWS_WITH(kernels::reduce(ReduceArgs{}, &x, srcs, 1, 1), Contains("TUNEDIST_SIMD=" + env));
   } else {
-    shm::forceSimdLevel(SimdLevel::kScalar);  // the environment outranks forceSimdLevel
-    CHECK(shm::simdLevelName(shm::activeSimdLevel()) == expect);
-    shm::resetSimdLevel();
+    kernels::forceSimdLevel(SimdLevel::kScalar);  // the environment outranks forceSimdLevel
+    CHECK(kernels::simdLevelName(kernels::activeSimdLevel()) == expect);
+    kernels::resetSimdLevel();
   }
 }
 
@@ -102,8 +103,8 @@ TEST_CASE("TUNEDIST_SIMD pins the level and rejects bad values", "[shm][kernels]
   };
   runChild("bogus", "");
   runChild("scalar", "scalar");
-  const SimdLevel best = shm::detectSimdLevel();
-  runChild(shm::simdLevelName(best), shm::simdLevelName(best));
+  const SimdLevel best = kernels::detectSimdLevel();
+  runChild(kernels::simdLevelName(best), kernels::simdLevelName(best));
   if (best != SimdLevel::kAvx512) runChild("avx512", "");  // asks for a level this CPU lacks
 }
 
@@ -120,7 +121,7 @@ TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level 
     return ok;
   };
   for (SimdLevel l : levelsToTest()) {
-    shm::forceSimdLevel(l);
+    kernels::forceSimdLevel(l);
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{16383}, size_t{16384},
                          size_t{16384 + 17}, size_t{(1 << 20) + 3}}) {
       for (size_t srcOff : {0, 3}) {
@@ -130,9 +131,9 @@ TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level 
               // Each destination cached or streaming; both streaming with own+5 and shared+0/63 leaves own cached.
               const bool stream = (stores & 1) != 0, streamOwn = (stores & 2) != 0;
               Bytes shared(bytes + sharedOff + kGuardBytes, kGuard), own(bytes + ownOff + kGuardBytes, kGuard);
-              shm::copyBytesTwice(shared.data() + sharedOff, own.data() + ownOff, src.data() + srcOff, bytes, stream,
-                                  streamOwn);
-              INFO("level " << shm::simdLevelName(l) << " bytes " << bytes << " src+" << srcOff << " shared+"
+              kernels::copyBytesTwice(shared.data() + sharedOff, own.data() + ownOff, src.data() + srcOff, bytes,
+                                      stream, streamOwn);
+              INFO("level " << kernels::simdLevelName(l) << " bytes " << bytes << " src+" << srcOff << " shared+"
                             << sharedOff << " own+" << ownOff << (stream ? " slot streaming" : " slot cached")
                             << (streamOwn ? ", own streaming" : ", own cached"));
               CHECK(std::memcmp(shared.data() + sharedOff, src.data() + srcOff, bytes) == 0);
@@ -148,14 +149,14 @@ TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level 
   // Both destinations streaming needs their addresses to agree modulo 32: from 64-byte aligned buffers, offsets
   // that agree (0/0, 1/33, 63/31) take that path, and the copies are still exact.
   for (SimdLevel l : levelsToTest()) {
-    shm::forceSimdLevel(l);
+    kernels::forceSimdLevel(l);
     for (auto [sharedOff, ownOff] : {std::pair<size_t, size_t>{0, 0}, {1, 33}, {63, 31}}) {
       const size_t bytes = (1 << 16) + 77;
       alignas(64) static uint8_t shared[(1 << 16) + 256], own[(1 << 16) + 256];
       std::memset(shared, kGuard, sizeof shared);
       std::memset(own, kGuard, sizeof own);
-      shm::copyBytesTwice(shared + sharedOff, own + ownOff, src.data(), bytes, true, true);
-      INFO("level " << shm::simdLevelName(l) << " shared+" << sharedOff << " own+" << ownOff);
+      kernels::copyBytesTwice(shared + sharedOff, own + ownOff, src.data(), bytes, true, true);
+      INFO("level " << kernels::simdLevelName(l) << " shared+" << sharedOff << " own+" << ownOff);
       CHECK(std::memcmp(shared + sharedOff, src.data(), bytes) == 0);
       CHECK(std::memcmp(own + ownOff, src.data(), bytes) == 0);
       CHECK(intact(Bytes(shared, shared + sizeof shared), sharedOff, bytes));
@@ -164,7 +165,7 @@ TEST_CASE("copyBytesTwice copies exactly into both destinations, at every level 
   }
   // Overlapping ranges are refused, not half-copied.
   Bytes buf(4096, kGuard);
-  CHECK_THROWS_WITH(shm::copyBytesTwice(buf.data(), buf.data() + 1024, buf.data() + 100, 2048, false, false),
+  CHECK_THROWS_WITH(kernels::copyBytesTwice(buf.data(), buf.data() + 1024, buf.data() + 100, 2048, false, false),
                     Catch::Matchers::Contains("must not overlap"));
 }
 
@@ -174,15 +175,15 @@ TEST_CASE("copyBytes and copyBytesCached copy exactly, at every level", "[shm][k
   Bytes src((1 << 20) + 256);
   for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
   for (SimdLevel l : levelsToTest()) {
-    shm::forceSimdLevel(l);
+    kernels::forceSimdLevel(l);
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{4095}, size_t{16383}, size_t{16384},
                          size_t{16384 + 17}, size_t{(1 << 20) + 3}}) {
       for (size_t srcOff : {0, 3}) {
         for (size_t dstOff : {0, 1, 31, 63}) {
           for (bool cached : {false, true}) {
             Bytes dst(bytes + dstOff + kGuardBytes, kGuard);
-            (cached ? shm::copyBytesCached : shm::copyBytes)(dst.data() + dstOff, src.data() + srcOff, bytes);
-            INFO("level " << shm::simdLevelName(l) << " bytes " << bytes << " src+" << srcOff << " dst+" << dstOff
+            (cached ? kernels::copyBytesCached : kernels::copyBytes)(dst.data() + dstOff, src.data() + srcOff, bytes);
+            INFO("level " << kernels::simdLevelName(l) << " bytes " << bytes << " src+" << srcOff << " dst+" << dstOff
                           << (cached ? " cached" : " streaming"));
             CHECK(std::memcmp(dst.data() + dstOff, src.data() + srcOff, bytes) == 0);
             bool guardsIntact = true;

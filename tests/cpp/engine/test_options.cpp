@@ -14,8 +14,8 @@ constexpr size_t MiB = 1024 * KiB;
 }  // namespace
 
 TEST_CASE("the one-shot limit is smaller for 16-bit floats and never above a slot", "[options]") {
-  using shm::DType;
-  shm::ShmOptions o;
+  using core::DType;
+  core::ShmOptions o;
   CHECK(o.oneShotMaxBytesFor(DType::kFloat32) == 256 * KiB);
   CHECK(o.oneShotMaxBytesFor(DType::kFloat64) == 256 * KiB);
   CHECK(o.oneShotMaxBytesFor(DType::kInt32) == 256 * KiB);
@@ -35,13 +35,13 @@ TEST_CASE("the one-shot limit is smaller for 16-bit floats and never above a slo
 
 TEST_CASE("TUNEDIST_ONESHOT_MAX_BYTES sets the one-shot limit of every dtype", "[options]") {
   ScopedEnv env("TUNEDIST_ONESHOT_MAX_BYTES", "524288");
-  const auto o = shm::ShmOptions::fromEnv();
-  CHECK(o.oneShotMaxBytesFor(shm::DType::kBFloat16) == 512 * KiB);
-  CHECK(o.oneShotMaxBytesFor(shm::DType::kFloat32) == 512 * KiB);
+  const auto o = core::ShmOptions::fromEnv();
+  CHECK(o.oneShotMaxBytesFor(core::DType::kBFloat16) == 512 * KiB);
+  CHECK(o.oneShotMaxBytesFor(core::DType::kFloat32) == 512 * KiB);
 }
 
 TEST_CASE("broadcast runs zero-copy from 16 MiB unless TUNEDIST_SYMMETRIC_MIN_BYTES says otherwise", "[options]") {
-  shm::ShmOptions o;
+  core::ShmOptions o;
   CHECK(o.symmetricBroadcastMinBytesFor(1) == 16 * MiB);
   CHECK(o.symmetricBroadcastMinBytesFor(1024) == 16 * MiB);
   o.symmetricMinBytes = 0;
@@ -51,38 +51,38 @@ TEST_CASE("broadcast runs zero-copy from 16 MiB unless TUNEDIST_SYMMETRIC_MIN_BY
 }
 
 TEST_CASE("TUNEDIST_CACHED_COPY_MAX_BYTES sets where the copy out of slots turns to streaming stores", "[options]") {
-  CHECK(shm::ShmOptions{}.cachedCopyMaxBytes == 2 * MiB);
+  CHECK(core::ShmOptions{}.cachedCopyMaxBytes == 2 * MiB);
   ScopedEnv env("TUNEDIST_CACHED_COPY_MAX_BYTES", "0");
-  CHECK(shm::ShmOptions::fromEnv().cachedCopyMaxBytes == 0);
+  CHECK(core::ShmOptions::fromEnv().cachedCopyMaxBytes == 0);
 }
 
 TEST_CASE("TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES sets where a broadcast's readers copy out with streaming stores",
           "[options]") {
-  CHECK(shm::ShmOptions{}.broadcastCachedCopyMaxBytes == 16 * MiB);
+  CHECK(core::ShmOptions{}.broadcastCachedCopyMaxBytes == 16 * MiB);
   ScopedEnv env("TUNEDIST_BROADCAST_CACHED_COPY_MAX_BYTES", "0");
-  CHECK(shm::ShmOptions::fromEnv().broadcastCachedCopyMaxBytes == 0);
+  CHECK(core::ShmOptions::fromEnv().broadcastCachedCopyMaxBytes == 0);
 }
 
 TEST_CASE("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES sets the broadcasts whose root streams into its slot", "[options]") {
-  CHECK(shm::ShmOptions{}.broadcastStreamBelowBytes == 512 * KiB);
+  CHECK(core::ShmOptions{}.broadcastStreamBelowBytes == 512 * KiB);
   ScopedEnv env("TUNEDIST_BROADCAST_STREAM_BELOW_BYTES", "0");
-  CHECK(shm::ShmOptions::fromEnv().broadcastStreamBelowBytes == 0);
+  CHECK(core::ShmOptions::fromEnv().broadcastStreamBelowBytes == 0);
 }
 
 TEST_CASE("TUNEDIST_FUSED_OWN_COPY_MIN_BYTES sets the all_gather chunks copied in one pass", "[options]") {
-  CHECK(shm::ShmOptions{}.fusedOwnCopyMinBytes == 0);
+  CHECK(core::ShmOptions{}.fusedOwnCopyMinBytes == 0);
   ScopedEnv env("TUNEDIST_FUSED_OWN_COPY_MIN_BYTES", "1048576");
-  CHECK(shm::ShmOptions::fromEnv().fusedOwnCopyMinBytes == 1 * MiB);
+  CHECK(core::ShmOptions::fromEnv().fusedOwnCopyMinBytes == 1 * MiB);
 }
 
 TEST_CASE("TUNEDIST_OWN_CACHED_COPY_MAX_BYTES sets where all_gather's own block streams", "[options]") {
-  CHECK(shm::ShmOptions{}.ownCachedCopyMaxBytes == shm::ShmOptions{}.cachedCopyMaxBytes);
+  CHECK(core::ShmOptions{}.ownCachedCopyMaxBytes == core::ShmOptions{}.cachedCopyMaxBytes);
   ScopedEnv env("TUNEDIST_OWN_CACHED_COPY_MAX_BYTES", "0");
-  CHECK(shm::ShmOptions::fromEnv().ownCachedCopyMaxBytes == 0);
+  CHECK(core::ShmOptions::fromEnv().ownCachedCopyMaxBytes == 0);
 }
 
 TEST_CASE("the cross-host chunk is a quarter of the call within 1-8 MiB unless set", "[options]") {
-  shm::CrossHostOptions o;
+  core::CrossHostOptions o;
   CHECK(o.chunkBytesFor(0) == 1 * MiB);
   CHECK(o.chunkBytesFor(1 * MiB) == 1 * MiB);
   CHECK(o.chunkBytesFor(4 * MiB) == 1 * MiB);
@@ -96,11 +96,11 @@ TEST_CASE("the cross-host chunk is a quarter of the call within 1-8 MiB unless s
 TEST_CASE("TUNEDIST_CROSS_HOST_CHUNK_BYTES fixes the chunk and is checked", "[options]") {
   {
     ScopedEnv env("TUNEDIST_CROSS_HOST_CHUNK_BYTES", "2097152");
-    CHECK(shm::CrossHostOptions::fromEnv().chunkBytesFor(64 * MiB) == 2 * MiB);
+    CHECK(core::CrossHostOptions::fromEnv().chunkBytesFor(64 * MiB) == 2 * MiB);
   }
   {
     ScopedEnv env("TUNEDIST_CROSS_HOST_CHUNK_BYTES", "100");
-    CHECK_THROWS_WITH(shm::CrossHostOptions::fromEnv(),
+    CHECK_THROWS_WITH(core::CrossHostOptions::fromEnv(),
                       Catch::Contains("TUNEDIST_CROSS_HOST_CHUNK_BYTES") && Catch::Contains("at least 4096"));
   }
 }

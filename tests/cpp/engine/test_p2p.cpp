@@ -28,14 +28,14 @@ TEST_CASE("p2p ping-pong keeps every byte", "[shm][p2p]") {
       const size_t n = sizeOf(i);
       if ((i % 2) == r) {
         auto out = patternBytes(r, n, i);
-        expectOk(sendWait(e, peer, 0, out.data(), n), detail::str("send ", i));
+        expectOk(sendWait(e, peer, 0, out.data(), n), core::detail::str("send ", i));
       } else {
         std::vector<uint8_t> in(n + 1, 0xEE);
-        int src = expectOk(recvWait(e, peer, 0, in.data(), n), detail::str("recv ", i));
+        int src = expectOk(recvWait(e, peer, 0, in.data(), n), core::detail::str("recv ", i));
         if (src != peer) {
           failCheck("recv ", i, " reported source ", src);
         }
-        checkPattern(detail::str("ping-pong message ", i), r, in.data(), n, peer, i);
+        checkPattern(core::detail::str("ping-pong message ", i), r, in.data(), n, peer, i);
         if (in[n] != 0xEE) {
           failCheck("recv ", i, " wrote past the buffer");
         }
@@ -60,7 +60,7 @@ TEST_CASE("p2p many queued messages arrive in order", "[shm][p2p]") {
                 waiters[size_t(i)].done());
       }
       for (int i = 0; i < kCount; ++i) {
-        expectOk(waiters[size_t(i)].get(), detail::str("send ", i));
+        expectOk(waiters[size_t(i)].get(), core::detail::str("send ", i));
       }
     } else {
       std::vector<std::vector<uint8_t>> in;
@@ -73,8 +73,8 @@ TEST_CASE("p2p many queued messages arrive in order", "[shm][p2p]") {
         e.irecv(0, 5, in[size_t(i)].data(), in[size_t(i)].size(), Clock::now() + kOpTimeout, waiters[size_t(i)].done());
       }
       for (int i = 0; i < kCount; ++i) {
-        expectOk(waiters[size_t(i)].get(), detail::str("recv ", i));
-        checkPattern(detail::str("message ", i), r, in[size_t(i)].data(), in[size_t(i)].size(), 0, i);
+        expectOk(waiters[size_t(i)].get(), core::detail::str("recv ", i));
+        checkPattern(core::detail::str("message ", i), r, in[size_t(i)].data(), in[size_t(i)].size(), 0, i);
       }
     }
   });
@@ -113,7 +113,7 @@ TEST_CASE("p2p ring exchange among 3 ranks", "[shm][p2p]") {
       e.isend(next, round, out.data(), n, Clock::now() + kOpTimeout, sent.done());
       expectOk(sent.get(), "send");
       expectOk(got.get(), "recv");
-      checkPattern(detail::str("round ", round), r, in.data(), n, prev, round);
+      checkPattern(core::detail::str("round ", round), r, in.data(), n, prev, round);
     }
   });
   CHECK(leaks.report().empty());
@@ -153,18 +153,18 @@ TEST_CASE("p2p any-source receives take messages of every sender, each sender in
     if (r != 0) {
       for (int i = 0; i < perSender; ++i) {
         auto out = patternBytes(r, n, i);
-        expectOk(sendWait(e, 0, 7, out.data(), n), detail::str("send ", i));
+        expectOk(sendWait(e, 0, 7, out.data(), n), core::detail::str("send ", i));
       }
       return;
     }
     std::map<int, int> nextFrom;  // per sender: the index its next message must carry
     for (int k = 0; k < (size - 1) * perSender; ++k) {
       std::vector<uint8_t> in(n);
-      int src = expectOk(recvWait(e, -1, 7, in.data(), n), detail::str("any-source recv ", k));
+      int src = expectOk(recvWait(e, -1, 7, in.data(), n), core::detail::str("any-source recv ", k));
       if (src < 1 || src >= size) {
         failCheck("any-source recv ", k, " reported source ", src);
       }
-      checkPattern(detail::str("any-source message ", k), r, in.data(), n, src, nextFrom[src]++);
+      checkPattern(core::detail::str("any-source message ", k), r, in.data(), n, src, nextFrom[src]++);
     }
     for (int src = 1; src < size; ++src) {
       if (nextFrom[src] != perSender) {

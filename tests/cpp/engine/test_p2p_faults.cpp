@@ -21,12 +21,13 @@ TEST_CASE("p2p size mismatch fails the receive and the sender's next send", "[sh
     if (r == 0) {
       expectOk(sendWait(e, 1, 3, small, 8), "first send");
       barrier.wait();  // rank 1 has seen the mismatch
-      expectError<Error>(sendWait(e, 1, 4, small, 8), "send after the mismatch",
-                         {"send to rank 1 (tag 4", "rank 1 rejected", "sent 8 bytes", "expects 16 bytes", "tag 3"});
+      expectError<core::Error>(sendWait(e, 1, 4, small, 8), "send after the mismatch",
+                               {"send to rank 1 (tag 4", "rank 1 rejected", "sent 8 bytes", "expects 16 bytes",
+                                "tag 3"});
       expectOk(sendWait(e, 1, 5, small, 8), "the send after that");
     } else {
-      expectError<Error>(recvWait(e, 0, 3, big, 16), "mismatched recv",
-                         {"recv on rank 1 from rank 0", "tag 3", "sent 8 bytes", "expects 16 bytes"});
+      expectError<core::Error>(recvWait(e, 0, 3, big, 16), "mismatched recv",
+                               {"recv on rank 1 from rank 0", "tag 3", "sent 8 bytes", "expects 16 bytes"});
       barrier.wait();
       expectOk(recvWait(e, 0, 5, big, 8), "recv after the mismatch");
       if (big[7] != 8) {
@@ -49,8 +50,8 @@ TEST_CASE("p2p size mismatch against a buffered (unexpected) message", "[shm][p2
     std::vector<uint8_t> in(6000);
     // Receiving tag 9 first buffers the tag-1 message on the heap.
     expectOk(recvWait(e, 0, 9, in.data(), 4), "recv tag 9");
-    expectError<Error>(recvWait(e, -1, 1, in.data(), 6000), "any-source recv of the wrong size",
-                       {"any-source", "tag 1", "sent 5000 bytes", "expects 6000 bytes"});
+    expectError<core::Error>(recvWait(e, -1, 1, in.data(), 6000), "any-source recv of the wrong size",
+                             {"any-source", "tag 1", "sent 5000 bytes", "expects 6000 bytes"});
   });
   CHECK(leaks.report().empty());
 }
@@ -62,21 +63,22 @@ TEST_CASE("p2p timeouts name the operation, the peer, the tag and the size", "[s
     // Phase 1: rank 1 receives nothing yet, so a message larger than the ring cannot get through.
     if (r == 0) {
       std::vector<uint8_t> big(100000);
-      expectError<TimeoutError>(sendWait(e, 1, 2, big.data(), big.size(), Ms(300)), "send to a deaf peer",
-                                {"send to rank 1 (tag 2, 100000 bytes) on rank 0: Timed out", "not started receiving"});
-      expectError<Error>(sendWait(e, 1, 3, big.data(), 8), "send after a timed-out send", {"timeout"});
+      expectError<core::TimeoutError>(sendWait(e, 1, 2, big.data(), big.size(), Ms(300)), "send to a deaf peer",
+                                      {"send to rank 1 (tag 2, 100000 bytes) on rank 0: Timed out",
+                                       "not started receiving"});
+      expectError<core::Error>(sendWait(e, 1, 3, big.data(), 8), "send after a timed-out send", {"timeout"});
     }
     barrier.wait();
     // Phase 2: rank 2 never sends. The any-source receive also drains (and drops) the broken half message of
     // rank 0, whose channel is closed now.
     if (r == 1) {
       char buf[8];
-      expectError<TimeoutError>(recvWait(e, 2, 4, buf, 8, Ms(200)), "recv from a silent peer",
-                                {"recv from rank 2 (tag 4, 8 bytes) on rank 1: Timed out", "has sent nothing"});
-      expectError<TimeoutError>(recvWait(e, -1, 4, buf, 8, Ms(200)), "any-source recv",
-                                {"recv from any source (tag 4", "Timed out"});
-      expectError<PeerDeadError>(recvWait(e, 0, 2, buf, 8, Ms(200)), "recv from the broken channel",
-                                 {"recv from rank 0", "rank 0 closed"});
+      expectError<core::TimeoutError>(recvWait(e, 2, 4, buf, 8, Ms(200)), "recv from a silent peer",
+                                      {"recv from rank 2 (tag 4, 8 bytes) on rank 1: Timed out", "has sent nothing"});
+      expectError<core::TimeoutError>(recvWait(e, -1, 4, buf, 8, Ms(200)), "any-source recv",
+                                      {"recv from any source (tag 4", "Timed out"});
+      expectError<core::PeerDeadError>(recvWait(e, 0, 2, buf, 8, Ms(200)), "recv from the broken channel",
+                                       {"recv from rank 0", "rank 0 closed"});
     }
     barrier.wait();
   });
@@ -113,8 +115,8 @@ TEST_CASE("p2p a peer that closed its engine fails the operations waiting on it"
     sendOutcome = sendWait(e, 1, 1, big.data(), big.size());
     recvOutcome = recvWait(e, 1, 1, &c, 1);
   }
-  expectError<PeerDeadError>(sendOutcome, "send to a closed peer", {"send to rank 1", "rank 1 closed"});
-  expectError<PeerDeadError>(recvOutcome, "recv from a closed peer", {"recv from rank 1", "rank 1 closed"});
+  expectError<core::PeerDeadError>(sendOutcome, "send to a closed peer", {"send to rank 1", "rank 1 closed"});
+  expectError<core::PeerDeadError>(recvOutcome, "recv from a closed peer", {"recv from rank 1", "rank 1 closed"});
   CHECK(leaks.report().empty());
 }
 
@@ -129,15 +131,15 @@ TEST_CASE("p2p abort fails pending and later operations; the peer sees the chann
       e.irecv(1, 1, buf.data(), 8, Clock::now() + kOpTimeout, got.done());
       std::this_thread::sleep_for(Ms(50));  // the send is stuck: the ring is full and rank 1 does not read yet
       e.abort("tunedist: test abort reason");
-      expectError<Error>(sent.get(), "pending send after abort", {"send to rank 1", "test abort reason"});
-      expectError<Error>(got.get(), "pending recv after abort", {"recv from rank 1", "test abort reason"});
-      expectError<Error>(sendWait(e, 1, 2, buf.data(), 8), "send after abort", {"test abort reason"});
+      expectError<core::Error>(sent.get(), "pending send after abort", {"send to rank 1", "test abort reason"});
+      expectError<core::Error>(got.get(), "pending recv after abort", {"recv from rank 1", "test abort reason"});
+      expectError<core::Error>(sendWait(e, 1, 2, buf.data(), 8), "send after abort", {"test abort reason"});
       barrier.wait();
     } else {
       barrier.wait();
       // The first 4 KiB of the message are there, the rest never comes.
-      expectError<PeerDeadError>(recvWait(e, 0, 1, buf.data(), buf.size()), "recv from an aborted peer",
-                                 {"recv from rank 0", "rank 0 closed"});
+      expectError<core::PeerDeadError>(recvWait(e, 0, 1, buf.data(), buf.size()), "recv from an aborted peer",
+                                       {"recv from rank 0", "rank 0 closed"});
     }
     barrier.wait();  // rank 0's engine (and its ring's name) stays until rank 1 has looked
   });
@@ -153,7 +155,7 @@ TEST_CASE("p2p destroying the engine fails what is pending, even from a Done cal
     P2pEngine e(rendezvous, 0, 2, p2pOptions());
     e.irecv(1, 0, buf, 4, Clock::now() + kOpTimeout, w.done());
   }
-  expectError<Error>(w.get(), "recv pending at destruction", {"recv from rank 1", "destroyed"});
+  expectError<core::Error>(w.get(), "recv pending at destruction", {"recv from rank 1", "destroyed"});
 
   // The last owner drops the engine inside a Done callback, on the engine's own thread.
   auto holder = std::make_shared<std::unique_ptr<P2pEngine>>(std::make_unique<P2pEngine>(rendezvous, 0, 2,
@@ -209,7 +211,7 @@ TEST_CASE("p2p a peer process that exits is dead, one that is stopped is not", "
       kill(child, SIGSTOP);
       // Five times the heartbeat's deadAfter: stopped, not dead, so the receive runs into its own timeout.
       Outcome slow = recvWait(e, 1, 0, &c, 1, 5 * options.deadAfter);
-      REQUIRE_NOTHROW(expectError<TimeoutError>(slow, "recv from a stopped peer", {"rank 1"}));
+      REQUIRE_NOTHROW(expectError<core::TimeoutError>(slow, "recv from a stopped peer", {"rank 1"}));
     }
     if (stop) {
       kill(child, SIGKILL);
@@ -220,8 +222,8 @@ TEST_CASE("p2p a peer process that exits is dead, one that is stopped is not", "
     if (!stop) {
       CHECK(WIFEXITED(status));
     }
-    REQUIRE_NOTHROW(expectError<PeerDeadError>(o, stop ? "recv from a killed peer" : "recv from an exited peer",
-                                               {"rank 1", "exited"}));
+    REQUIRE_NOTHROW(expectError<core::PeerDeadError>(o, stop ? "recv from a killed peer" : "recv from an exited peer",
+                                                     {"rank 1", "exited"}));
   }
   CHECK(leaks.report().empty());
 }

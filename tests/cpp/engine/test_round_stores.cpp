@@ -290,7 +290,7 @@ TEST_CASE("round stores: one rank's ask starts the window on every rank at the s
         p.comm.allreduce(p.op("all_reduce"), in.data(), out.data(), count, floatSum());
         const float want = float(size * (size + 1) / 2);
         if (out[0] != want || out[count - 1] != want) {
-          failAt(detail::str("all_reduce op ", i), r, 0, out[0], want);
+          failAt(core::detail::str("all_reduce op ", i), r, 0, out[0], want);
         }
       }
       windows[size_t(r)] = p.comm.roundStoreChooser(shm::StorePolicy::kOneShotAllreduce).windows(cls);
@@ -311,8 +311,8 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
   const bool manyRounds = GENERATE(false, true);
   // A rank forced to a mode, or choosing per copy, uses no round chooser; the auto ranks' choosers still probe on the
   // same operations.
-  const shm::SlotStores rank1 = GENERATE(shm::SlotStores::kAuto, shm::SlotStores::kStreaming,
-                                         shm::SlotStores::kAutoPerCopy);
+  const core::SlotStores rank1 = GENERATE(core::SlotStores::kAuto, core::SlotStores::kStreaming,
+                                          core::SlotStores::kAutoPerCopy);
   INFO("world size " << size << ", rank 1's slot stores " << int(rank1) << (manyRounds ? ", many rounds" : ""));
   ShmLeakCheck leaks;
   ShmOptions base;
@@ -353,7 +353,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
         p.comm.allreduce(p.op("all_reduce"), in.data(), out.data(), count, floatSum());
         for (size_t e = 0; e < count; ++e) {
           if (out[e] != want(e)) {
-            failAt(detail::str("all_reduce op ", i), r, e, out[e], want(e));
+            failAt(core::detail::str("all_reduce op ", i), r, e, out[e], want(e));
           }
         }
         for (int q = 0; q < size; ++q) {
@@ -364,7 +364,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
           for (size_t e = 0; e < count; ++e) {
             const float w = float((size_t(q) * 7 + e + size_t(i)) % 13);
             if (out[size_t(q) * count + e] != w) {
-              failAt(detail::str("all_gather op ", i, " block ", q), r, e, out[size_t(q) * count + e], w);
+              failAt(core::detail::str("all_gather op ", i, " block ", q), r, e, out[size_t(q) * count + e], w);
             }
           }
         }
@@ -375,7 +375,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
         for (size_t e = 0; e < rsCount; ++e) {
           const double w = want(size_t(r) * rsCount + e);
           if (out[e] != w) {
-            failAt(detail::str("reduce_scatter op ", i), r, e, out[e], w);
+            failAt(core::detail::str("reduce_scatter op ", i), r, e, out[e], w);
           }
         }
         // broadcast from every root in turn: the root's input, everybody else's stale output.
@@ -385,14 +385,14 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
         for (size_t e = 0; e < count; ++e) {
           const float w = float((size_t(root) * 7 + e + size_t(i)) % 13);
           if (out[e] != w) {
-            failAt(detail::str("broadcast op ", i, " from root ", root), r, e, out[e], w);
+            failAt(core::detail::str("broadcast op ", i, " from root ", root), r, e, out[e], w);
           }
         }
         // reduce to the same root: the sum of every rank's first `count` elements.
         p.comm.reduce(p.op("reduce"), in.data(), out.data(), count, floatSum(), root);
         for (size_t e = 0; e < count && r == root; ++e) {
           if (out[e] != want(e)) {
-            failAt(detail::str("reduce op ", i, " to root ", root), r, e, out[e], want(e));
+            failAt(core::detail::str("reduce op ", i, " to root ", root), r, e, out[e], want(e));
           }
         }
         // gather to it: block q is rank q's first `count` elements.
@@ -403,7 +403,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
         for (size_t e = 0; e < count * size_t(size) && r == root; ++e) {
           const float w = float(((e / count) * 7 + e % count + size_t(i)) % 13);
           if (out[e] != w) {
-            failAt(detail::str("gather op ", i, " to root ", root), r, e, out[e], w);
+            failAt(core::detail::str("gather op ", i, " to root ", root), r, e, out[e], w);
           }
         }
         // scatter from it, and all_to_all: rank q gets block q of the root's input, of every rank's.
@@ -414,7 +414,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
         for (size_t e = 0; e < count; ++e) {
           const float w = float((size_t(root) * 7 + size_t(r) * count + e + size_t(i)) % 13);
           if (out[e] != w) {
-            failAt(detail::str("scatter op ", i, " from root ", root), r, e, out[e], w);
+            failAt(core::detail::str("scatter op ", i, " from root ", root), r, e, out[e], w);
           }
         }
         const std::vector<size_t> blockBytes(static_cast<size_t>(size), bytes);
@@ -422,12 +422,12 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
         for (size_t e = 0; e < count * size_t(size); ++e) {
           const float w = float(((e / count) * 7 + size_t(r) * count + e % count + size_t(i)) % 13);
           if (out[e] != w) {
-            failAt(detail::str("all_to_all op ", i), r, e, out[e], w);
+            failAt(core::detail::str("all_to_all op ", i), r, e, out[e], w);
           }
         }
       }
       // The auto ranks timed real operations in both modes of every family: two windows each, with their medians.
-      if (o.slotStores == shm::SlotStores::kAuto) {
+      if (o.slotStores == core::SlotStores::kAuto) {
         const auto allreduce = manyRounds ? shm::StorePolicy::kTwoShotAllreduce : shm::StorePolicy::kOneShotAllreduce;
         for (auto family : {allreduce, shm::StorePolicy::kAllgather, shm::StorePolicy::kReduceScatter,
                             shm::StorePolicy::kBroadcast, shm::StorePolicy::kReduce, shm::StorePolicy::kGather,
@@ -465,7 +465,7 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
           }
         }
         // Choosing per copy, it timed its copies into the slot instead.
-        if (o.slotStores == shm::SlotStores::kAutoPerCopy && p.comm.slotCopyIn().chooser().samples() == 0) {
+        if (o.slotStores == core::SlotStores::kAutoPerCopy && p.comm.slotCopyIn().chooser().samples() == 0) {
           failCheck("rank ", r, " chose per copy without timing a copy");
         }
       }

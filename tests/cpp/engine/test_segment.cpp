@@ -35,14 +35,15 @@ int makeByHand(const std::string& name, mode_t mode, size_t bytes) {
 }
 
 std::string handName(const char* tag) {
-  return detail::str("/", ShmSegment::userPrefix(), tag, "_", getpid(), "_", Clock::now().time_since_epoch().count());
+  return core::detail::str("/", ShmSegment::userPrefix(), tag, "_", getpid(), "_",
+                           Clock::now().time_since_epoch().count());
 }
 
 }  // namespace
 
 TEST_CASE("create makes a 0600 segment of ours under the user prefix, whatever the umask", "[shm][segment]") {
   ShmLeakCheck leaks;
-  CHECK(ShmSegment::userPrefix() == detail::str("tunedist_", getuid(), "_"));
+  CHECK(ShmSegment::userPrefix() == core::detail::str("tunedist_", getuid(), "_"));
   const mode_t umaskValue = GENERATE(mode_t(0), mode_t(022), mode_t(0277));
   INFO("umask " << std::oct << umaskValue);
   const mode_t old = umask(umaskValue);
@@ -51,7 +52,7 @@ TEST_CASE("create makes a 0600 segment of ours under the user prefix, whatever t
     umask(old);
     REQUIRE(seg.valid());
     CHECK(seg.size() == 8192);
-    CHECK(seg.name().rfind(detail::str("/", ShmSegment::userPrefix(), "t_"), 0) == 0);
+    CHECK(seg.name().rfind(core::detail::str("/", ShmSegment::userPrefix(), "t_"), 0) == 0);
     struct stat st {};
     REQUIRE(stat(("/dev/shm" + seg.name()).c_str(), &st) == 0);
     CHECK(S_ISREG(st.st_mode));
@@ -86,15 +87,16 @@ TEST_CASE("two creates never share a segment; open() maps the same one", "[shm][
 TEST_CASE("open() refuses foreign names and foreign files", "[shm][segment]") {
   ShmLeakCheck leaks;
   CHECK_THROWS_WITH(ShmSegment::open("/not_tunedist", 4096), Catch::Contains("refusing"));
-  CHECK_THROWS_WITH(ShmSegment::open(detail::str("/tunedist_", getuid() + 1, "_x"), 4096), Catch::Contains("refusing"));
-  CHECK_THROWS_AS(ShmSegment::open(ShmSegment::userPrefix(), 4096), Error);  // no leading '/'
+  CHECK_THROWS_WITH(ShmSegment::open(core::detail::str("/tunedist_", getuid() + 1, "_x"), 4096),
+                    Catch::Contains("refusing"));
+  CHECK_THROWS_AS(ShmSegment::open(ShmSegment::userPrefix(), 4096), core::Error);  // no leading '/'
 
   SECTION("a name that does not exist") {
     bool notFound = false;
     ShmSegment missing = ShmSegment::open(handName("missing"), 4096, &notFound);
     CHECK(notFound);
     CHECK_FALSE(missing.valid());
-    CHECK_THROWS_AS(ShmSegment::open(handName("missing"), 4096), Error);
+    CHECK_THROWS_AS(ShmSegment::open(handName("missing"), 4096), core::Error);
   }
   SECTION("a file with our prefix but a permissive mode") {
     const std::string name = handName("mode");
@@ -179,7 +181,7 @@ TEST_CASE("asking for more than /dev/shm holds fails clearly and leaves nothing 
   std::string message;
   try {
     ShmSegment::create("t", bytes, "/dev/shm");
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     message = e.what();
   }
   CHECK_THAT(message, Catch::Contains("--shm-size") && Catch::Contains(std::to_string(bytes)));

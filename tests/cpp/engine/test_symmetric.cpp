@@ -86,7 +86,7 @@ ShmOptions zeroCopyOptions() {
 void runSymmetricGroup(int size, const std::function<void(Peer&, SymmetricHeap&)>& body) {
   auto rendezvous = std::make_shared<MemRendezvous>();
   rethrowFailures(spawn(size, [&](int r) {
-    auto heap = std::make_shared<SymmetricHeap>(smallHeap(), detail::str("rank ", r));
+    auto heap = std::make_shared<SymmetricHeap>(smallHeap(), core::detail::str("rank ", r));
     Peer peer(rendezvous, r, size, zeroCopyOptions(), heap);
     abortingOnThrow({&peer.comm}, [&] { body(peer, *heap); });
   }));
@@ -141,7 +141,7 @@ TEST_CASE("the heap reuses freed blocks, coalesces them and stays within its bou
     try {
       heap.allocate(2 << 20);
       FAIL("an allocation above the heap's bound must throw");
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       CHECK_THAT(e.what(), Catch::Contains("TUNEDIST_SYMMETRIC_HEAP_BYTES") && Catch::Contains("rank 0 of 1"));
     }
     heap.free(big);
@@ -179,7 +179,7 @@ TEST_CASE("zero-copy collectives give the copying algorithms' results bit for bi
     const int r = p.rank();
     uint64_t expectedZeroCopy = 0;
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(4099), size_t(20011)}) {
-      const std::string what = detail::str("count ", count);
+      const std::string what = core::detail::str("count ", count);
       const size_t bytes = count * sizeof(float);
       const std::vector<float> input = randomFloats(r, count, int(count));
 
@@ -291,7 +291,7 @@ TEST_CASE("a chunk's name lives until every peer has mapped it", "[shm][symmetri
   auto rendezvous = std::make_shared<MemRendezvous>();
   ThreadBarrier barrier(2);
   rethrowFailures(spawn(2, [&](int r) {
-    auto heap = std::make_shared<SymmetricHeap>(smallHeap(), detail::str("rank ", r));
+    auto heap = std::make_shared<SymmetricHeap>(smallHeap(), core::detail::str("rank ", r));
     Peer p(rendezvous, r, 2, zeroCopyOptions(), heap);
     auto* buf = static_cast<float*>(heap->allocate(4096));
     std::fill(buf, buf + 1024, float(r));

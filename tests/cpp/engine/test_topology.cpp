@@ -13,8 +13,8 @@
 namespace tunedist::test {
 namespace {
 
-using shm::HostKey;
-using shm::HostLayout;
+using topology::HostKey;
+using topology::HostLayout;
 
 std::vector<HostKey> keys(const std::vector<std::string>& labels, const std::vector<std::string>& fingerprints) {
   std::vector<HostKey> out;
@@ -25,14 +25,14 @@ std::vector<HostKey> keys(const std::vector<std::string>& labels, const std::vec
 }
 
 TEST_CASE("ranks that share memory and have no label are one host", "[topology]") {
-  HostLayout l = shm::groupRanksByHost(keys({"", "", ""}, {"m", "m", "m"}));
+  HostLayout l = topology::groupRanksByHost(keys({"", "", ""}, {"m", "m", "m"}));
   REQUIRE(l.oneHost());
   REQUIRE(l.hosts[0] == std::vector<int>{0, 1, 2});
   REQUIRE(l.localRankOf == std::vector<int>{0, 1, 2});
 }
 
 TEST_CASE("labels split ranks that share memory, in any rank order", "[topology]") {
-  HostLayout l = shm::groupRanksByHost(keys({"a", "b", "a", "b", "c"}, {"m", "m", "m", "m", "m"}));
+  HostLayout l = topology::groupRanksByHost(keys({"a", "b", "a", "b", "c"}, {"m", "m", "m", "m", "m"}));
   REQUIRE(l.numHosts() == 3);
   REQUIRE(l.hosts[0] == std::vector<int>{0, 2});
   REQUIRE(l.hosts[1] == std::vector<int>{1, 3});
@@ -44,28 +44,28 @@ TEST_CASE("labels split ranks that share memory, in any rank order", "[topology]
 }
 
 TEST_CASE("ranks that cannot share memory are separate hosts without labels", "[topology]") {
-  HostLayout l = shm::groupRanksByHost(keys({"", "", ""}, {"m1", "m2", "m1"}));
+  HostLayout l = topology::groupRanksByHost(keys({"", "", ""}, {"m1", "m2", "m1"}));
   REQUIRE(l.numHosts() == 2);
   REQUIRE(l.hosts[0] == std::vector<int>{0, 2});
   REQUIRE(l.hosts[1] == std::vector<int>{1});
 }
 
 TEST_CASE("a label never merges ranks that cannot share memory", "[topology]") {
-  REQUIRE_THROWS_WITH(shm::groupRanksByHost(keys({"x", "x", "y"}, {"m1", "m2", "m2"})),
+  REQUIRE_THROWS_WITH(topology::groupRanksByHost(keys({"x", "x", "y"}, {"m1", "m2", "m2"})),
                       Catch::Contains("TUNEDIST_HOST_ID='x'") && Catch::Contains("rank 0 and rank 1") &&
                           Catch::Contains("cannot share memory"));
 }
 
 TEST_CASE("the fingerprint of this process's shared memory is stable and names the boot id", "[topology]") {
-  std::string a = shm::shareableMemoryFingerprint("/dev/shm");
-  REQUIRE(a == shm::shareableMemoryFingerprint("/dev/shm"));
-  REQUIRE(a != shm::shareableMemoryFingerprint("/tmp"));
-  REQUIRE_THROWS_WITH(shm::shareableMemoryFingerprint("/nonexistent-dir"), Catch::Contains("cannot stat"));
+  std::string a = topology::shareableMemoryFingerprint("/dev/shm");
+  REQUIRE(a == topology::shareableMemoryFingerprint("/dev/shm"));
+  REQUIRE(a != topology::shareableMemoryFingerprint("/tmp"));
+  REQUIRE_THROWS_WITH(topology::shareableMemoryFingerprint("/nonexistent-dir"), Catch::Contains("cannot stat"));
 }
 
 // Every element is in exactly one span, and its owner on each host is the position that HostSlicing gives it.
 void checkSpans(size_t count, const std::vector<int>& sizes) {
-  auto spans = shm::crossHostSpans(count, sizes);
+  auto spans = topology::crossHostSpans(count, sizes);
   size_t next = 0;
   std::vector<size_t> load(size_t(std::accumulate(sizes.begin(), sizes.end(), 0)), 0);
   for (const auto& s : spans) {
@@ -74,7 +74,7 @@ void checkSpans(size_t count, const std::vector<int>& sizes) {
     REQUIRE(s.end > s.begin);
     REQUIRE(s.owners.size() == sizes.size());
     for (size_t h = 0; h < sizes.size(); ++h) {
-      auto slicing = shm::HostSlicing::of(count, sizes[h]);
+      auto slicing = topology::HostSlicing::of(count, sizes[h]);
       REQUIRE(slicing.ownerOf(s.begin) == s.owners[h]);
       REQUIRE(slicing.ownerOf(s.end - 1) == s.owners[h]);
     }
@@ -93,14 +93,14 @@ TEST_CASE("cross-host spans cover the buffer once, for even and uneven hosts", "
 }
 
 TEST_CASE("2 hosts x 2 ranks: each rank all-reduces half of the buffer across hosts", "[topology]") {
-  auto spans = shm::crossHostSpans(16, {2, 2});
+  auto spans = topology::crossHostSpans(16, {2, 2});
   REQUIRE(spans.size() == 2);
   REQUIRE((spans[0].begin == 0 && spans[0].end == 8 && spans[0].owners == std::vector<int>{0, 0}));
   REQUIRE((spans[1].begin == 8 && spans[1].end == 16 && spans[1].owners == std::vector<int>{1, 1}));
 }
 
 TEST_CASE("uneven hosts 2+1: the single rank pairs with each rank of the other host", "[topology]") {
-  auto spans = shm::crossHostSpans(11, {2, 1});
+  auto spans = topology::crossHostSpans(11, {2, 1});
   // Host 0: blocks [0,5) and [5,10), tail [10,11) on position 0. Host 1: everything on position 0.
   REQUIRE(spans.size() == 3);
   REQUIRE((spans[0].end == 5 && spans[0].owners == std::vector<int>{0, 0}));
@@ -109,7 +109,7 @@ TEST_CASE("uneven hosts 2+1: the single rank pairs with each rank of the other h
 }
 
 TEST_CASE("uneven hosts 3+2: owners follow both slicings", "[topology]") {
-  auto spans = shm::crossHostSpans(12, {3, 2});
+  auto spans = topology::crossHostSpans(12, {3, 2});
   // Host 0 blocks of 4, host 1 blocks of 6: cuts at 4, 6, 8.
   REQUIRE(spans.size() == 4);
   REQUIRE(spans[0].owners == std::vector<int>{0, 0});
@@ -120,7 +120,7 @@ TEST_CASE("uneven hosts 3+2: owners follow both slicings", "[topology]") {
 
 // A rendezvous through which the probe's name is replaced by one that does not exist, as if the readers were on
 // another machine than the probe's creator.
-class BlindRendezvous final : public Rendezvous {
+class BlindRendezvous final : public core::Rendezvous {
  public:
   void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
   bool check(const std::string& key) override { return inner_.check(key); }
@@ -136,13 +136,13 @@ class BlindRendezvous final : public Rendezvous {
   MemRendezvous inner_;
 };
 
-std::vector<std::exception_ptr> discover(const std::shared_ptr<Rendezvous>& rdv, const std::vector<std::string>& labels,
-                                         std::vector<HostLayout>& out) {
+std::vector<std::exception_ptr> discover(const std::shared_ptr<core::Rendezvous>& rdv,
+                                         const std::vector<std::string>& labels, std::vector<HostLayout>& out) {
   const int size = int(labels.size());
   out.assign(size_t(size), HostLayout{});
-  const std::string fp = shm::shareableMemoryFingerprint("/dev/shm");
+  const std::string fp = topology::shareableMemoryFingerprint("/dev/shm");
   return spawn(size, [&](int r) {
-    shm::HostDiscovery d(rdv, r, size, shm::ShmOptions{});
+    topology::HostDiscovery d(rdv, r, size, core::ShmOptions{});
     d.publish(HostKey{labels[size_t(r)], fp});
     auto deadline = Clock::now() + kOpTimeout;
     out[size_t(r)] = d.proposeLayout(deadline);

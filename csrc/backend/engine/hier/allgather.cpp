@@ -1,9 +1,9 @@
 // Cross-host all_gather: gloo over every rank of the group.
-#include "backend/engine/hier/ops.h"
+#include "backend/engine/hier/algorithms.h"
 
 #include <c10/util/Exception.h>
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
 void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks) {
   agreeEverywhere(c, describe(shm::OpCode::kAllgather, c.op.seq, bytesOf(in)));
@@ -16,4 +16,4 @@ void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& block
   c.x.wait(c.x.group(c.x.everyone())->allgather(outs, ins, withTimeout<c10d::AllgatherOptions>(c)), c.op);
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

@@ -31,10 +31,10 @@
 #include <cstring>
 #include <numeric>
 
-#include "backend/engine/hier/ops.h"
+#include "backend/engine/hier/algorithms.h"
 #include "topology/host_topology.h"
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 namespace {
 
 // One chunk [begin, end) of the flat buffer in flight between hosts: its slicing, the gloo operations launched
@@ -42,7 +42,7 @@ namespace {
 struct Chunk {
   size_t begin = 0;
   size_t end = 0;
-  shm::HostSlicing slicing;
+  topology::HostSlicing slicing;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<at::Tensor> owned;
 };
@@ -73,8 +73,8 @@ int64_t factorBits(double factor) {
   return bits;
 }
 
-void reduceInsideHost(Ctx c, char* base, size_t count, size_t es, const shm::HostSlicing& s,
-                      const shm::ReduceArgs& hostArgs) {
+void reduceInsideHost(Ctx c, char* base, size_t count, size_t es, const topology::HostSlicing& s,
+                      const kernels::ReduceArgs& hostArgs) {
   const int lsize = c.x.localSize();
   if (s.block > 0) {
     std::vector<const void*> blocks;
@@ -89,7 +89,7 @@ void reduceInsideHost(Ctx c, char* base, size_t count, size_t es, const shm::Hos
   }
 }
 
-void shareInsideHost(Ctx c, char* base, size_t count, size_t es, const shm::HostSlicing& s) {
+void shareInsideHost(Ctx c, char* base, size_t count, size_t es, const topology::HostSlicing& s) {
   const int lsize = c.x.localSize();
   if (s.block > 0) {
     std::vector<void*> blocks;
@@ -104,10 +104,10 @@ void shareInsideHost(Ctx c, char* base, size_t count, size_t es, const shm::Host
 }
 
 // Step 3 of chunk k: starts the gloo all-reduce of every span of the chunk that this rank owns, without waiting.
-void launchAcrossHosts(Ctx c, const at::Tensor& flat, size_t es, const shm::ReduceArgs& args, Chunk& k) {
+void launchAcrossHosts(Ctx c, const at::Tensor& flat, size_t es, const kernels::ReduceArgs& args, Chunk& k) {
   const auto& layout = c.x.layout();
   const auto glooOp = glooReduceOp(args.op, args.dtype);
-  for (const auto& span : shm::crossHostSpans(k.end - k.begin, layout.hostSizes())) {
+  for (const auto& span : topology::crossHostSpans(k.end - k.begin, layout.hostSizes())) {
     if (span.owners[size_t(c.x.host())] != c.x.localRank()) {
       continue;
     }
@@ -129,13 +129,13 @@ void launchAcrossHosts(Ctx c, const at::Tensor& flat, size_t es, const shm::Redu
 
 // The rest of chunk k once its gloo operations are launched: waits for them, applies AVG's division to the
 // spans this rank owns, and shares the chunk inside the host (step 4).
-void finishChunk(Ctx c, char* base, size_t es, const shm::ReduceArgs& args, Chunk& k) {
+void finishChunk(Ctx c, char* base, size_t es, const kernels::ReduceArgs& args, Chunk& k) {
   for (const auto& work : k.works) {
     c.x.wait(work, c.op);
   }
-  if (args.op == shm::RedOp::kAvg) {
+  if (args.op == core::RedOp::kAvg) {
     for (auto& piece : k.owned) {
-      if (shm::isFloating(args.dtype)) {
+      if (core::isFloating(args.dtype)) {
         piece.div_(double(c.x.size()));
       } else {
         piece.copy_(piece.div(c.x.size(), "trunc"));  // integers truncate toward zero, as on one host
@@ -149,7 +149,7 @@ void finishChunk(Ctx c, char* base, size_t es, const shm::ReduceArgs& args, Chun
 
 }  // namespace
 
-void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
+void allreduce(Ctx c, const at::Tensor& t, const kernels::ReduceArgs& args) {
   const at::Tensor flat = t.view({-1});
   const size_t count = size_t(flat.numel());
   const size_t es = size_t(flat.element_size());
@@ -159,18 +159,18 @@ void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
                     describe(shm::OpCode::kAllreduce, c.op.seq, int64_t(count), int(args.dtype), int(args.op), -1,
                              factorBits(args.factor)),
                     /*holdLocalRanks=*/false);
-  shm::ReduceArgs hostArgs = args;
-  if (args.op == shm::RedOp::kAvg) {
-    hostArgs.op = shm::RedOp::kSum;
+  kernels::ReduceArgs hostArgs = args;
+  if (args.op == core::RedOp::kAvg) {
+    hostArgs.op = core::RedOp::kSum;
   }
-  if (c.x.localSize() == 1 && args.op == shm::RedOp::kPremulSum) {
+  if (c.x.localSize() == 1 && args.op == core::RedOp::kPremulSum) {
     flat.mul_(args.factor);  // a host of one rank: its term still gets the factor
   }
   // Steps 2-4, pipelined chunk by chunk (see the top of this file).
   auto chunks = pipelineChunks(count, c.x.layout().hostSizes(), c.options.chunkBytesFor(count * es) / es);
   Chunk* previous = nullptr;
   for (auto& k : chunks) {
-    k.slicing = shm::HostSlicing::of(k.end - k.begin, c.x.localSize());
+    k.slicing = topology::HostSlicing::of(k.end - k.begin, c.x.localSize());
     if (c.x.localSize() > 1) {
       reduceInsideHost(c, base + k.begin * es, k.end - k.begin, es, k.slicing, hostArgs);
     }
@@ -183,4 +183,4 @@ void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args) {
   finishChunk(c, base, es, args, *previous);
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

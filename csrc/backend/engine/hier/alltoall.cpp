@@ -1,9 +1,9 @@
 // Cross-host all_to_all: every pair agrees on its sizes, then gloo all_to_all over every rank, as bytes.
-#include "backend/engine/hier/ops.h"
+#include "backend/engine/hier/algorithms.h"
 
 #include <c10/util/Exception.h>
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 namespace {
 
 // Byte counts per peer; the blocks lie back to back in the byte tensors `src` and `dst`.
@@ -60,15 +60,15 @@ void alltoallv(Ctx c, const std::vector<const void*>& sends, const std::vector<s
   at::Tensor dst = at::empty({recvTotal}, at::kByte);
   int64_t off = 0;
   for (size_t p = 0; p < sends.size(); ++p) {
-    shm::copyBytes(src.data_ptr<uint8_t>() + off, sends[p], sendBytes[p]);
+    kernels::copyBytes(src.data_ptr<uint8_t>() + off, sends[p], sendBytes[p]);
     off += sendSplits[p];
   }
   alltoallPacked(c, src, sendSplits, dst, recvSplits);
   off = 0;
   for (size_t p = 0; p < recvs.size(); ++p) {
-    shm::copyBytes(recvs[p], dst.data_ptr<uint8_t>() + off, recvBytes[p]);
+    kernels::copyBytes(recvs[p], dst.data_ptr<uint8_t>() + off, recvBytes[p]);
     off += recvSplits[p];
   }
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

@@ -1,10 +1,10 @@
 // Cross-host broadcast: shared-memory broadcast on the root's host, gloo broadcast among the host leaders, then
 // shared-memory broadcast on the other hosts.
-#include "backend/engine/hier/ops.h"
+#include "backend/engine/hier/algorithms.h"
 
 #include <c10/util/Exception.h>
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
 void broadcast(Ctx c, const at::Tensor& t, int root) {
   const auto& layout = c.x.layout();
@@ -26,4 +26,4 @@ void broadcast(Ctx c, const at::Tensor& t, int root) {
   }
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

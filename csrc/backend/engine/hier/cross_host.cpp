@@ -10,11 +10,11 @@
 #include "core/error.h"
 #include "core/store_keys.h"
 
-namespace tunedist {
+namespace tunedist::engine::hier {
 namespace {
 
-using keys::kGlooPrefix;
-constexpr const char* kAbortKey = keys::kCrossAbort;
+using core::keys::kGlooPrefix;
+constexpr const char* kAbortKey = core::keys::kCrossAbort;
 // While waiting for a gloo operation, the store is checked for another host's failure after kFirstAbortCheck,
 // then this often.
 constexpr auto kFirstAbortCheck = std::chrono::milliseconds(20);
@@ -22,7 +22,7 @@ constexpr auto kAbortCheckPeriod = std::chrono::milliseconds(100);
 
 // Blocks until gloo's worker completes `work` (a callback on its future wakes us: no polling in between), calling
 // `checkAbort` after kFirstAbortCheck and then every kAbortCheckPeriod; throws TimeoutError at ctx's deadline.
-void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx,
+void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const core::OpContext& ctx,
                        const std::function<void()>& checkAbort) {
   struct Signal {
     std::mutex mutex;
@@ -41,9 +41,9 @@ void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const shm::Op
   while (!signal->done) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= ctx.deadline) {
-      throw TimeoutError(c10::str("Timed out after ",
-                                  std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
-                                  " ms waiting for the ranks on other hosts"));
+      throw core::TimeoutError(c10::str("Timed out after ",
+                                        std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
+                                        " ms waiting for the ranks on other hosts"));
     }
     if (now >= nextCheck) {
       lock.unlock();
@@ -58,7 +58,7 @@ void waitForCompletion(const c10::intrusive_ptr<c10d::Work>& work, const shm::Op
 
 }  // namespace
 
-CrossHost::CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, shm::HostLayout layout, GlooFactory factory,
+CrossHost::CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, topology::HostLayout layout, GlooFactory factory,
                      std::chrono::milliseconds timeout)
     : store_(std::move(store)),
       rank_(rank),
@@ -101,7 +101,7 @@ int CrossHost::indexIn(const std::vector<int>& members) const {
       return int(i);
     }
   }
-  TORCH_INTERNAL_ASSERT(false, "rank ", rank_, " is not in gloo group ", shm::ranksText(members));
+  TORCH_INTERNAL_ASSERT(false, "rank ", rank_, " is not in gloo group ", topology::ranksText(members));
 }
 
 c10::intrusive_ptr<c10d::Backend> CrossHost::group(const std::vector<int>& members, const std::string& kind) {
@@ -128,7 +128,7 @@ c10::intrusive_ptr<c10d::Backend> CrossHost::group(const std::vector<int>& membe
   return it->second;
 }
 
-std::chrono::milliseconds CrossHost::remaining(const shm::OpContext& ctx) const {
+std::chrono::milliseconds CrossHost::remaining(const core::OpContext& ctx) const {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - std::chrono::steady_clock::now());
   return std::max(left, std::chrono::milliseconds(1));
 }
@@ -147,7 +147,7 @@ void CrossHost::checkRemoteAbort() {
   }
 }
 
-void CrossHost::wait(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx) {
+void CrossHost::wait(const c10::intrusive_ptr<c10d::Work>& work, const core::OpContext& ctx) {
   glooOps_.fetch_add(1, std::memory_order_relaxed);
   if (!work->isCompleted()) {
     waitForCompletion(work, ctx, [&] {
@@ -158,7 +158,7 @@ void CrossHost::wait(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpCo
   work->wait();
 }
 
-std::vector<std::vector<int64_t>> CrossHost::gatherDescs(const std::vector<int>& members, const shm::OpContext& ctx,
+std::vector<std::vector<int64_t>> CrossHost::gatherDescs(const std::vector<int>& members, const core::OpContext& ctx,
                                                          const std::vector<int64_t>& desc) {
   at::Tensor mine = at::tensor(desc, at::kLong);
   std::vector<at::Tensor> ins{mine};
@@ -178,7 +178,7 @@ std::vector<std::vector<int64_t>> CrossHost::gatherDescs(const std::vector<int>&
   return all;
 }
 
-void CrossHost::agree(const std::vector<int>& members, const shm::OpContext& ctx, const std::vector<int64_t>& desc,
+void CrossHost::agree(const std::vector<int>& members, const core::OpContext& ctx, const std::vector<int64_t>& desc,
                       const std::vector<const char*>& fieldNames) {
   auto all = gatherDescs(members, ctx, desc);
   for (size_t i = 0; i < all.size(); ++i) {
@@ -201,14 +201,14 @@ CrossHostStats CrossHost::stats() const {
   return CrossHostStats{dataBytes_.load(), metaBytes_.load(), glooOps_.load()};
 }
 
-void CrossHost::throwIfFailed(const shm::OpContext& ctx) {
+void CrossHost::throwIfFailed(const core::OpContext& ctx) {
   if (!failed()) {
     return;
   }
   std::lock_guard<std::mutex> lock(failMutex_);
-  throw Error(c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_,
-                       ": the process group is unusable after an earlier failure: ", failure_,
-                       " Destroy the group and create a new one."));
+  throw core::Error(c10::str("tunedist: ", ctx.name, " (seq ", ctx.seq, ") on rank ", rank_,
+                             ": the process group is unusable after an earlier failure: ", failure_,
+                             " Destroy the group and create a new one."));
 }
 
 void CrossHost::fail(const std::string& message) {
@@ -233,7 +233,7 @@ namespace {
 
 // The first cause of a failure that reached this rank as a closed connection: the failure a rank recorded in the
 // store (fail()), looked for until kFirstCauseGrace (or the op's deadline) passes; "" if none came.
-std::string firstCause(CrossHost& x, const shm::OpContext& ctx) {
+std::string firstCause(CrossHost& x, const core::OpContext& ctx) {
   const auto until = std::min(ctx.deadline, std::chrono::steady_clock::now() + kFirstCauseGrace);
   while (true) {
     try {
@@ -252,7 +252,7 @@ std::string firstCause(CrossHost& x, const shm::OpContext& ctx) {
 
 }  // namespace
 
-void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<void(const std::string&)>& abortLocal,
+void runCrossHost(CrossHost& x, const core::OpContext& ctx, const std::function<void(const std::string&)>& abortLocal,
                   const std::function<void()>& body) {
   x.throwIfFailed(ctx);
   try {
@@ -267,7 +267,7 @@ void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<v
       full = what;  // already ours: from this host's shared memory, or a failure shared by another rank
       if (x.localSize() > 1 && what.find("shared-memory ranks") == std::string::npos) {
         full += c10::str(" [host ", x.host(), ": shared-memory ranks 0..", x.localSize() - 1, " are group ranks ",
-                         shm::ranksText(x.layout().hosts[size_t(x.host())]), "]");
+                         topology::ranksText(x.layout().hosts[size_t(x.host())]), "]");
       }
     } else {
       // Classified by type: gloo's own errors are not c10::Errors (gloo::IoException: a rank on another host died,
@@ -288,11 +288,11 @@ void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<v
     }
     x.fail(full);
     abortLocal(full);
-    if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {
-      throw TimeoutError(full);
+    if (dynamic_cast<const core::TimeoutError*>(&e) != nullptr) {
+      throw core::TimeoutError(full);
     }
-    throw Error(full);
+    throw core::Error(full);
   }
 }
 
-}  // namespace tunedist
+}  // namespace tunedist::engine::hier

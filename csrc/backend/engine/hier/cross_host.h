@@ -30,7 +30,7 @@
 #include "shm/comm.h"
 #include "topology/host_topology.h"
 
-namespace tunedist {
+namespace tunedist::engine::hier {
 
 // Creates a c10d gloo backend over `store` for `rank` of `size` (honouring GLOO_SOCKET_IFNAME) with `timeout`.
 using GlooFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
@@ -38,11 +38,11 @@ using GlooFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
 
 class CrossHost {
  public:
-  CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, shm::HostLayout layout, GlooFactory factory,
+  CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, topology::HostLayout layout, GlooFactory factory,
             std::chrono::milliseconds timeout);
   ~CrossHost();
 
-  const shm::HostLayout& layout() const { return layout_; }
+  const topology::HostLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
   int size() const { return int(layout_.hostOf.size()); }
   int host() const { return layout_.hostOf[size_t(rank_)]; }
@@ -59,32 +59,32 @@ class CrossHost {
   int indexIn(const std::vector<int>& members) const;
 
   // Waits for a gloo Work until ctx's deadline, watching for a failure shared by another host; rethrows errors.
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const shm::OpContext& ctx);
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const core::OpContext& ctx);
   // All-gathers `desc` (the same length on every member) among `members`; returns every member's, in order.
-  std::vector<std::vector<int64_t>> gatherDescs(const std::vector<int>& members, const shm::OpContext& ctx,
+  std::vector<std::vector<int64_t>> gatherDescs(const std::vector<int>& members, const core::OpContext& ctx,
                                                 const std::vector<int64_t>& desc);
   // gatherDescs, then throws if any member's desc differs from ours, naming the fields and ranks.
-  void agree(const std::vector<int>& members, const shm::OpContext& ctx, const std::vector<int64_t>& desc,
+  void agree(const std::vector<int>& members, const core::OpContext& ctx, const std::vector<int64_t>& desc,
              const std::vector<const char*>& fieldNames);
 
   void countData(size_t bytes) { dataBytes_.fetch_add(bytes, std::memory_order_relaxed); }
   CrossHostStats stats() const;
 
   // Throws the recorded failure (ours or another host's) if there is one.
-  void throwIfFailed(const shm::OpContext& ctx);
+  void throwIfFailed(const core::OpContext& ctx);
   // Records `message` as the group's failure and shares it with the other hosts through the store.
   void fail(const std::string& message);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // The failure a rank recorded in the store, if any; throws what the store throws when it cannot be reached.
   std::string recordedFailure();
-  std::chrono::milliseconds remaining(const shm::OpContext& ctx) const;
+  std::chrono::milliseconds remaining(const core::OpContext& ctx) const;
 
  private:
   void checkRemoteAbort();
 
   c10::intrusive_ptr<c10d::Store> store_;
   const int rank_;
-  const shm::HostLayout layout_;
+  const topology::HostLayout layout_;
   GlooFactory factory_;
   const std::chrono::milliseconds timeout_;
 
@@ -102,11 +102,11 @@ class CrossHost {
 
 // Runs `body` (a cross-host phase of operation ctx); any exception becomes the group's failure: recorded in `x`,
 // shared with the other hosts, and handed to `abortLocal` (the host's ShmComm::abort) before it is rethrown as a
-// tunedist::Error naming the op, seq and rank. A connection that closed is often the consequence of a failure
+// tunedist::core::Error naming the op, seq and rank. A connection that closed is often the consequence of a failure
 // elsewhere (the ranks that raised it leave): for up to kFirstCauseGrace the rank then looks in the store for the
 // first cause that rank recorded, and reports it if it comes.
 inline constexpr std::chrono::milliseconds kFirstCauseGrace{500};
-void runCrossHost(CrossHost& x, const shm::OpContext& ctx, const std::function<void(const std::string&)>& abortLocal,
+void runCrossHost(CrossHost& x, const core::OpContext& ctx, const std::function<void(const std::string&)>& abortLocal,
                   const std::function<void()>& body);
 
-}  // namespace tunedist
+}  // namespace tunedist::engine::hier

@@ -1,9 +1,9 @@
 // Cross-host gather: gloo over every rank of the group.
-#include "backend/engine/hier/ops.h"
+#include "backend/engine/hier/algorithms.h"
 
 #include <c10/util/Exception.h>
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
 void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, int root) {
   agreeEverywhere(c, describe(shm::OpCode::kGather, c.op.seq, bytesOf(in), 0, 0, root));
@@ -21,4 +21,4 @@ void gather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks, 
   c.x.wait(c.x.group(c.x.everyone())->gather(outs, ins, opts), c.op);
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

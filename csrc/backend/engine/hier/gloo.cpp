@@ -1,38 +1,38 @@
 // What the cross-host collectives share: the gloo form of tensors and reduce ops, and the metadata agreement that
 // every one of them runs first (so gloo only ever sees calls whose sizes match on every rank).
-#include "backend/engine/hier/ops.h"
+#include "backend/engine/hier/algorithms.h"
 
 #include <c10/util/Exception.h>
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
 at::Tensor glooView(const at::Tensor& t) { return t.scalar_type() == at::kBool ? t.view(at::kByte) : t; }
 
-c10d::ReduceOp glooReduceOp(shm::RedOp op, shm::DType dtype) {
-  if (dtype == shm::DType::kBool) {
+c10d::ReduceOp glooReduceOp(core::RedOp op, core::DType dtype) {
+  if (dtype == core::DType::kBool) {
     switch (op) {
-      case shm::RedOp::kSum:
-      case shm::RedOp::kMax:
-      case shm::RedOp::kBor: return c10d::ReduceOp::MAX;
-      case shm::RedOp::kProduct:
-      case shm::RedOp::kMin:
-      case shm::RedOp::kBand: return c10d::ReduceOp::MIN;
-      case shm::RedOp::kBxor: return c10d::ReduceOp::BXOR;
+      case core::RedOp::kSum:
+      case core::RedOp::kMax:
+      case core::RedOp::kBor: return c10d::ReduceOp::MAX;
+      case core::RedOp::kProduct:
+      case core::RedOp::kMin:
+      case core::RedOp::kBand: return c10d::ReduceOp::MIN;
+      case core::RedOp::kBxor: return c10d::ReduceOp::BXOR;
       default: break;
     }
   }
   switch (op) {
-    case shm::RedOp::kSum:
-    case shm::RedOp::kAvg:
-    case shm::RedOp::kPremulSum: return c10d::ReduceOp::SUM;
-    case shm::RedOp::kProduct: return c10d::ReduceOp::PRODUCT;
-    case shm::RedOp::kMin: return c10d::ReduceOp::MIN;
-    case shm::RedOp::kMax: return c10d::ReduceOp::MAX;
-    case shm::RedOp::kBand: return c10d::ReduceOp::BAND;
-    case shm::RedOp::kBor: return c10d::ReduceOp::BOR;
-    case shm::RedOp::kBxor: return c10d::ReduceOp::BXOR;
+    case core::RedOp::kSum:
+    case core::RedOp::kAvg:
+    case core::RedOp::kPremulSum: return c10d::ReduceOp::SUM;
+    case core::RedOp::kProduct: return c10d::ReduceOp::PRODUCT;
+    case core::RedOp::kMin: return c10d::ReduceOp::MIN;
+    case core::RedOp::kMax: return c10d::ReduceOp::MAX;
+    case core::RedOp::kBand: return c10d::ReduceOp::BAND;
+    case core::RedOp::kBor: return c10d::ReduceOp::BOR;
+    case core::RedOp::kBxor: return c10d::ReduceOp::BXOR;
   }
-  TORCH_CHECK(false, "tunedist: no gloo form of reduce op ", shm::redOpName(op), " on ", shm::dtypeName(dtype));
+  TORCH_CHECK(false, "tunedist: no gloo form of reduce op ", core::redOpName(op), " on ", core::dtypeName(dtype));
 }
 
 std::vector<int64_t> describe(shm::OpCode op, uint64_t seq, int64_t count, int dtype, int redop, int root,
@@ -71,4 +71,4 @@ std::vector<at::Tensor> flatGlooViews(const std::vector<at::Tensor>& blocks) {
 
 int64_t bytesOf(const at::Tensor& t) { return t.numel() * int64_t(t.element_size()); }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

@@ -4,13 +4,13 @@
 
 #include "backend/engine/tensors.h"
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
-HierP2p::HierP2p(int rank, std::shared_ptr<CrossHost> cross, std::unique_ptr<shm::P2pEngine> local)
+HierP2p::HierP2p(int rank, std::shared_ptr<CrossHost> cross, std::unique_ptr<shm::p2p::P2pEngine> local)
     : rank_(rank), crossHost_(std::move(cross)), local_(std::move(local)) {}
 
 int HierP2p::localPeer(int peer) const {
-  const shm::HostLayout& layout = crossHost_->layout();
+  const topology::HostLayout& layout = crossHost_->layout();
   return layout.hostOf[size_t(peer)] == layout.hostOf[size_t(rank_)] ? layout.localRankOf[size_t(peer)] : -1;
 }
 
@@ -49,4 +49,4 @@ void HierP2p::irecv(int src, int tag, const at::Tensor& data, Clock::time_point 
   local_->irecv(local, tag, data.data_ptr(), tensorBytes(data), deadline, groupRanked(std::move(done)));
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

@@ -7,7 +7,7 @@
 #include <functional>
 #include <thread>
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 namespace {
 
 std::chrono::milliseconds left(CrossHostP2p::Clock::time_point deadline) {
@@ -148,4 +148,4 @@ void CrossHostP2p::irecv(int src, int tag, const at::Tensor& data, Clock::time_p
   });
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

@@ -20,11 +20,11 @@
 #include "backend/engine/hier/cross_host.h"
 #include "shm/p2p/engine.h"
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
 class CrossHostP2p {
  public:
-  using Done = shm::P2pEngine::Done;
+  using Done = shm::p2p::P2pEngine::Done;
   using Clock = std::chrono::steady_clock;
 
   // Tasks hold `x`: a lane detached at shutdown may still finish with it.
@@ -49,4 +49,4 @@ class CrossHostP2p {
   std::map<int, Peer> peers_;
 };
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

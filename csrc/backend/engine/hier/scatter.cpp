@@ -1,9 +1,9 @@
 // Cross-host scatter: gloo over every rank of the group.
-#include "backend/engine/hier/ops.h"
+#include "backend/engine/hier/algorithms.h"
 
 #include <c10/util/Exception.h>
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
 void scatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out, int root) {
   agreeEverywhere(c, describe(shm::OpCode::kScatter, c.op.seq, bytesOf(out), 0, 0, root));
@@ -21,4 +21,4 @@ void scatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out
   c.x.wait(c.x.group(c.x.everyone())->scatter(outs, ins, opts), c.op);
 }
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier

@@ -15,20 +15,20 @@
 #include "core/types.h"
 #include "shm/comm.h"
 
-namespace tunedist::hier {
+namespace tunedist::engine::hier {
 
 // Everything a cross-host algorithm needs: the cross-host state and this host's shared-memory communicator.
 struct Ctx {
   CrossHost& x;
   shm::ShmComm& comm;
-  const shm::OpContext& op;
-  const shm::CrossHostOptions& options;
+  const core::OpContext& op;
+  const core::CrossHostOptions& options;
 };
 
 // The gloo form of a reduction: bools travel as uint8 (logical ops as MAX/MIN/BXOR), AVG and PREMUL_SUM as SUM
 // (their division or factor is applied on our side).
 at::Tensor glooView(const at::Tensor& t);
-c10d::ReduceOp glooReduceOp(shm::RedOp op, shm::DType dtype);
+c10d::ReduceOp glooReduceOp(core::RedOp op, core::DType dtype);
 // The metadata every participant must agree on: op code, seq, element count, dtype, reduce op, root, extra.
 std::vector<int64_t> describe(shm::OpCode op, uint64_t seq, int64_t count, int dtype = 0, int redop = 0, int root = -1,
                               int64_t extra = 0);
@@ -55,12 +55,13 @@ Opts withTimeout(Ctx c) {
 }
 
 // In place on `t` (contiguous, 1-D view allowed).
-void allreduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args);
+void allreduce(Ctx c, const at::Tensor& t, const kernels::ReduceArgs& args);
 void broadcast(Ctx c, const at::Tensor& t, int root);
 // The result lands in `t` on the root; the other ranks reduce a copy.
-void reduce(Ctx c, const at::Tensor& t, const shm::ReduceArgs& args, int root);
+void reduce(Ctx c, const at::Tensor& t, const kernels::ReduceArgs& args, int root);
 // Reduces blocks[p] of every rank into rank p's `out` (contiguous).
-void reduceScatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out, const shm::ReduceArgs& args);
+void reduceScatter(Ctx c, const std::vector<at::Tensor>& blocks, const at::Tensor& out,
+                   const kernels::ReduceArgs& args);
 // `blocks[p]` receives rank p's `in`.
 void allgather(Ctx c, const at::Tensor& in, const std::vector<at::Tensor>& blocks);
 // `blocks` (size() tensors) on the root only.
@@ -72,4 +73,4 @@ void alltoallv(Ctx c, const std::vector<const void*>& sends, const std::vector<s
                const std::vector<void*>& recvs, const std::vector<size_t>& recvBytes);
 void barrier(Ctx c);
 
-}  // namespace tunedist::hier
+}  // namespace tunedist::engine::hier
