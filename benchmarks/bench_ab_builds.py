@@ -225,7 +225,7 @@ def main(argv=None) -> int:
     p.add_argument("--json")
     p.add_argument("--symmetric", action="store_true",
                    help="every buffer from the group's symmetric heap (tunedist.symmetric_empty; zero-copy from "
-                        "TUNEDIST_SYMMETRIC_MIN_BYTES): builds that have it only")
+                        "TUNEDIST_SYMMETRIC_MIN_BYTES, or as measured): builds that have it only")
     p.add_argument("--fresh", action="store_true",
                    help="every call first writes its input (the root's buffer for broadcast), timed: the input is "
                         "in its owner's cache, as in training, instead of wherever an earlier call left it")

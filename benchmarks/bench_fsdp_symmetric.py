@@ -6,12 +6,13 @@ Two configurations of the same model, data and seeds, on the default `tuned` gro
 - plain:     FSDP2 as it comes: its all-gather and reduce-scatter staging buffers are torch.empty, and tuned copies
              them through its shared-memory slots.
 - symmetric: every FSDPModule has set_allocate_memory_from_process_group_for_comm(True), so FSDP2 allocates those
-             buffers with the backend's allocate_tensor (tuned's symmetric heap) and tuned runs them zero-copy.
+             buffers with the backend's allocate_tensor (tuned's symmetric heap) and tuned runs them zero-copy
+             where the group measured that faster (per op and size class).
 The model is --layers blocks of Linear(--dim, --dim) + ReLU, fp32, each Linear under its own fully_shard (and the
-root too), so every all-gather and reduce-scatter moves a whole layer (4 MiB + bias at dim 1024: above
-TUNEDIST_SYMMETRIC_MIN_BYTES); the batch is small (--batch rows), so communication dominates the step. Both models
-are one build (seed --seed) deep-copied before sharding, so they start identical; step s of either configuration
-trains on the same batch (a generator seeded by seed, s and rank), with SGD.
+root too), so every all-gather and reduce-scatter moves a whole layer (4 MiB + bias at dim 1024); the batch is small
+(--batch rows), so communication dominates the step. Both models are one build (seed --seed) deep-copied before
+sharding, so they start identical; step s of either configuration trains on the same batch (a generator seeded by
+seed, s and rank), with SGD.
 
 Measured:
 - time: --warmup steps per configuration, then --rounds rounds; each round runs both configurations, --steps steps
@@ -20,8 +21,9 @@ Measured:
   step is synchronous), after a barrier. Reported: median and p10/p90 over rounds, and symmetric/plain per round
   (the two loops of a round ran back to back): median [min-max].
 - zero_copy_ops: the growth of tunedist.symmetric_heap_stats()["zero_copy_ops"] over each configuration's steps (the
-  least over ranks), per step; plain must add none, symmetric one per all-gather and reduce-scatter. copy_restarts
-  likewise (ranks that disagreed on symmetry and restarted on the copying path).
+  least over ranks), per step; plain must add none, symmetric one per all-gather and reduce-scatter whose size class
+  the group keeps on a zero-copy path. copy_restarts likewise (ranks that disagreed on symmetry and restarted on the
+  copying path).
 - losses: each rank's loss at every step of both configurations; they must be equal (same math, world size 2: the
   sum of two values is exact in either order). max_abs_diff is the largest difference over steps and ranks.
 - memory: a process's peak RSS only grows, so each configuration's memory is measured in processes of its own: every

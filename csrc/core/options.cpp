@@ -1,7 +1,5 @@
 #include "core/options.h"
 
-#include <sched.h>
-
 #include <algorithm>
 
 #include "core/env.h"
@@ -80,23 +78,6 @@ ShmOptions ShmOptions::fromEnv() {
   }
   o.validate();
   return o;
-}
-
-size_t ShmOptions::symmetricMinBytesFor(int ranksOnHost) const {
-  if (symmetricMinBytes) {
-    return *symmetricMinBytes;
-  }
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return ranksOnHost <= cores ? kDefaultSymmetricMinBytes : kOversubscribedSymmetricMinBytes;
-}
-
-size_t ShmOptions::symmetricBroadcastMinBytesFor(int ranksOnHost) const {
-  if (symmetricMinBytes) {
-    return *symmetricMinBytes;
-  }
-  return std::max(symmetricMinBytesFor(ranksOnHost), kDefaultSymmetricBroadcastMinBytes);
 }
 
 size_t ShmOptions::oneShotMaxBytesFor(DType dtype) const {

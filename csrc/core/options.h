@@ -31,9 +31,7 @@ struct ShmOptions {
   static constexpr std::chrono::milliseconds kDefaultDeadAfter{1000};
   static constexpr std::chrono::milliseconds kDefaultSleepSlice{20};
   static constexpr std::chrono::seconds kDefaultSweepMinAge{30};
-  static constexpr size_t kDefaultSymmetricMinBytes = size_t(256) << 10;
-  static constexpr size_t kOversubscribedSymmetricMinBytes = size_t(2) << 20;
-  static constexpr size_t kDefaultSymmetricBroadcastMinBytes = size_t(16) << 20;
+  static constexpr size_t kMeasuredSymmetricMinBytes = size_t(64) << 10;
   static constexpr size_t kDefaultSymmetricChunkBytes = size_t(64) << 20;
   static constexpr size_t kDefaultSymmetricHeapBytes = size_t(16) << 30;
 
@@ -99,9 +97,11 @@ struct ShmOptions {
   // The start-up sweep removes only names of dead jobs at least this old: a younger one may belong to a job that
   // is still attaching.
   std::chrono::seconds sweepMinAge = kDefaultSweepMinAge;
-  // Symmetric buffers (shm/heap.h, shm/zero_copy/): collectives of at least this many bytes on buffers from the
-  // group's symmetric heap run zero-copy; smaller ones take the copying path, whose one-shot algorithm needs one
-  // synchronisation where the zero-copy ones need two. Unset: symmetricMinBytesFor() chooses per group.
+  // Symmetric buffers (shm/heap.h, shm/zero_copy/). Unset (the default): collectives on buffers from the group's
+  // symmetric heap of at least kMeasuredSymmetricMinBytes run zero-copy or copying, per collective and size class, as
+  // the group measures them (shm/zero_copy/path_chooser.h): one threshold set on one machine was wrong on another
+  // (docs/performance.md#symmetric-buffers). Set (TUNEDIST_SYMMETRIC_MIN_BYTES): those of at least this many bytes
+  // always run zero-copy (the stores still measured), smaller ones copy.
   std::optional<size_t> symmetricMinBytes;
   // The heap grows in chunks of at least this many bytes, up to symmetricHeapBytes per rank and group.
   size_t symmetricChunkBytes = kDefaultSymmetricChunkBytes;
@@ -115,19 +115,10 @@ struct ShmOptions {
   static ShmOptions fromEnv();
   // Throws tunedist::core::Error when a value is out of range.
   void validate() const;
-  // The zero-copy threshold of a group with `ranksOnHost` ranks here: symmetricMinBytes when set, else
-  // kDefaultSymmetricMinBytes (256 KiB) when those ranks fit the CPUs this process may run on, and
-  // kOversubscribedSymmetricMinBytes (2 MiB) when they do not. Measured on a 2-vCPU AMD EPYC
-  // (docs/performance.md#symmetric-buffers): at 2 ranks zero-copy wins from 256 KiB; at 3 and 4 ranks, where every
-  // synchronisation may wait for a rank to be scheduled, it takes up to 1.9x the copying time at 256-512 KiB,
-  // 0.7-1.2x at 1 MiB, and 0.55-0.89x for every op from 2 MiB.
-  size_t symmetricMinBytesFor(int ranksOnHost) const;
-  // The same for broadcast: symmetricMinBytes when set, else at least kDefaultSymmetricBroadcastMinBytes (16 MiB).
-  // Measured on 2 ranks with the root's buffer written just before each call, as when a rank broadcasts what it
-  // just computed (a 2-vCPU Intel Xeon with AVX-512, 3 runs; docs/performance.md#symmetric-buffers): the zero-copy
-  // broadcast, where the peer reads that buffer out of the root's cache, took 1.28-1.69x the copying one's time at
-  // 256 KiB-4 MiB, and 0.84-1.27x at 16 MiB. With a buffer written long before it was up to 1.4x faster.
-  size_t symmetricBroadcastMinBytesFor(int ranksOnHost) const;
+  // The least buffer on the symmetric heap that may run zero-copy: symmetricMinBytes when set, else
+  // kMeasuredSymmetricMinBytes (under it the copying one-shot algorithms, one synchronisation against zero-copy's
+  // two, are not measured against it).
+  size_t zeroCopyMinBytes() const { return symmetricMinBytes.value_or(kMeasuredSymmetricMinBytes); }
   // The largest all_reduce of `dtype` that runs one-shot: oneShotMaxBytes, for bf16/fp16 at most
   // halfOneShotMaxBytes, never more than one slot.
   size_t oneShotMaxBytesFor(DType dtype) const;

@@ -16,6 +16,7 @@
 #include "backend/tuned_backend.h"
 #include "kernels/reduce.h"
 #include "python/hooks_bindings.h"
+#include "shm/zero_copy/zero_copy.h"
 #include "tunedist/tunedist.h"
 
 namespace py = pybind11;
@@ -235,6 +236,38 @@ void bindModule(py::module& m) {
         d["zero_copy_ops"] = s.zeroCopyOps;
         d["copy_restarts"] = s.copyRestarts;
         d["min_bytes"] = cpu.symmetricMinBytes();
+        d["zero_copy_choice"] = cpu.options().shm.symmetricMinBytes ? "forced" : "measured";
+        // Each size class whose path the group has measured (shm/zero_copy/path_chooser.h): the path it keeps and
+        // this rank's medians of its last window, ns per byte per path.
+        py::list paths;
+        const tunedist::shm::ShmComm* comm = cpu.hostComm();
+        if (comm != nullptr && comm->zeroCopy() != nullptr) {
+          using tunedist::shm::zero_copy::ZeroCopyCollectives;
+          using tunedist::shm::zero_copy::Path;
+          using tunedist::shm::zero_copy::PathChooser;
+          for (ZeroCopyCollectives::Op op : ZeroCopyCollectives::kOps) {
+            const PathChooser& c = comm->zeroCopy()->chooser(op);
+            for (int cls = 0; cls < PathChooser::kClasses; ++cls) {
+              if (c.windows(cls) == 0) {
+                continue;
+              }
+              py::dict r;
+              r["op"] = ZeroCopyCollectives::opName(op);
+              r["bytes_from"] = PathChooser::classMinBytes(cls);
+              r["path"] = tunedist::shm::zero_copy::pathName(c.path(cls));
+              r["windows"] = c.windows(cls);
+              py::dict ns;
+              for (int k = 0; k < tunedist::shm::zero_copy::kPaths; ++k) {
+                if (c.allowed() & (1u << k)) {
+                  ns[tunedist::shm::zero_copy::pathName(Path(k))] = c.lastMedian(cls, Path(k));
+                }
+              }
+              r["ns_per_byte"] = ns;
+              paths.append(r);
+            }
+          }
+        }
+        d["paths"] = paths;
         return d;
       },
       py::arg("backend"));

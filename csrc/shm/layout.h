@@ -18,7 +18,7 @@
 namespace tunedist::shm {
 
 constexpr uint64_t kSegmentMagic = 0x6d68735f64656e75ULL;  // "uned_shm" little-endian, after a 't' that did not fit
-constexpr uint32_t kProtocolVersion = 8;
+constexpr uint32_t kProtocolVersion = 9;
 constexpr int kNumBuffers = 2;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
@@ -94,6 +94,23 @@ struct RoundVerdict {
 static_assert(sizeof(RoundVerdict) == 12, "RoundVerdict layout changed: bump kProtocolVersion");
 static_assert(std::atomic<float>::is_always_lock_free, "cross-process atomics must be lock-free");
 
+// The collectives that may run zero-copy on symmetric buffers (all_reduce, all_gather, reduce_scatter, broadcast), the
+// paths each may take (copying, zero-copy with cached or with streaming stores) and their size classes
+// (shm/zero_copy/path_chooser.h).
+constexpr int kZeroCopyOps = 4;
+constexpr int kZeroCopyPaths = 3;
+constexpr int kPathSizeClasses = 11;
+
+// What a rank measured in its last probe window of one zero-copy-capable collective and size class
+// (shm/zero_copy/path_chooser.h): the window's number (0: none yet) and its median time per byte on each path (0: no
+// sample). Written and read as RoundVerdict is: by the owner at the operation that closes the window, before it
+// publishes; by the peers at their next operation of the class, after waiting for that step.
+struct PathVerdict {
+  std::atomic<uint32_t> window;
+  std::atomic<float> nsPerByte[kZeroCopyPaths];
+};
+static_assert(sizeof(PathVerdict) == 16, "PathVerdict layout changed: bump kProtocolVersion");
+
 struct alignas(kCacheLine) RankCtl {
   // Cache line 0: the last protocol step this rank published (monotonic; release by the owner).
   std::atomic<uint64_t> step;
@@ -111,12 +128,15 @@ struct alignas(kCacheLine) RankCtl {
   alignas(kCacheLine) OpDesc desc[kNumBuffers];
   // Cache lines 5-18: this rank's last probe verdicts, per operation family and size class.
   alignas(kCacheLine) RoundVerdict verdicts[kRoundFamilies][kRoundSizeClasses];
+  // Cache lines 19-29: this rank's last zero-copy path verdicts, per collective and size class.
+  alignas(kCacheLine) PathVerdict pathVerdicts[kZeroCopyOps][kPathSizeClasses];
 };
 static_assert(sizeof(RankCtl) % kCacheLine == 0, "RankCtl must not share cache lines");
 static_assert(offsetof(RankCtl, heartbeat) == kCacheLine, "heartbeat must sit on its own cache line");
 static_assert(sizeof(core::LifeLock) <= kCacheLine, "the life lock must fit one cache line");
 static_assert(offsetof(RankCtl, verdicts) == 5 * kCacheLine, "the verdicts must start their own cache line");
-static_assert(sizeof(RankCtl) == 19 * kCacheLine, "RankCtl layout changed: bump kProtocolVersion, update doctor");
+static_assert(offsetof(RankCtl, pathVerdicts) == 19 * kCacheLine, "the path verdicts must start their own cache line");
+static_assert(sizeof(RankCtl) == 30 * kCacheLine, "RankCtl layout changed: bump kProtocolVersion, update doctor");
 
 // A rank's symmetric heap (shm/heap.h) as its peers see it: one entry per chunk, each its own shared-memory
 // segment. The owner fills entry i and then publishes `chunks` = i + 1 (release); a peer maps a chunk when it

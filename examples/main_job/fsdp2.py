@@ -6,7 +6,7 @@ bf16 parameters all-gathered for the compute, fp32 gradients reduce-scattered on
 - baseline: the mesh over a gloo group;
 - tunedist: the mesh over a `tuned` group, every FSDP module with set_allocate_memory_from_process_group_for_comm
   (FSDP2's all-gather outputs and reduce-scatter inputs then come from tuned's symmetric heap, and those
-  collectives run zero-copy where they are large enough, TUNEDIST_SYMMETRIC_MIN_BYTES).
+  collectives run zero-copy where the group measured that faster, per op and size class).
 FSDP2 reduces fp32 gradients with ReduceOp.AVG, which gloo refuses; both runs therefore use
 set_force_sum_reduction_for_comms(True) (a SUM, then FSDP divides), so the two do the same arithmetic.
 Steps alternate between the runs. A step's compute is an unsharded bf16 replica's forward+backward on the same

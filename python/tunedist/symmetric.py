@@ -10,10 +10,12 @@ collectives (tensor-parallel inference, custom training loops)::
     buf.copy_(activations.view(-1))
     dist.all_reduce(buf)                                             # zero-copy when every rank's buffer is symmetric
 
-A collective runs zero-copy when every rank's buffer is symmetric (an all_gather's output, a reduce_scatter's input,
-an all_reduce's or a broadcast's tensor), contiguous, and at least ``TUNEDIST_SYMMETRIC_MIN_BYTES`` long (by default
-256 KiB, and 2 MiB where the host's ranks outnumber the cores they may run on; ``symmetric_heap_stats()`` reports it
-as ``min_bytes``); otherwise, on any rank, every rank takes the copying path, with the same results. Symmetric tensors
+A collective on buffers that every rank has symmetric (an all_gather's output, a reduce_scatter's input, an
+all_reduce's or a broadcast's tensor), contiguous, and at least ``min_bytes`` long (64 KiB) runs zero-copy or
+copying as the group measured them on this host, per collective and size class (both ranks, or all, always take the
+same path; ``symmetric_heap_stats()["paths"]`` shows each class's choice and timings). ``TUNEDIST_SYMMETRIC_MIN_BYTES``
+overrides the measurement: from that many bytes every such collective runs zero-copy, below it copying. Otherwise, on
+any rank, every rank takes the copying path, with the same results. Symmetric tensors
 are ordinary CPU tensors: views, slices and reuse after ``wait()`` are safe. The heap grows in chunks of
 ``TUNEDIST_SYMMETRIC_CHUNK_BYTES`` (default 64 MiB) up to ``TUNEDIST_SYMMETRIC_HEAP_BYTES`` (default 16 GiB) per rank
 and group, each chunk reserved in /dev/shm when it is created; freed tensors return to the heap, which keeps its
@@ -67,10 +69,15 @@ def is_symmetric(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -
     return bool(_C.is_symmetric(_cpu_backend(group, "is_symmetric"), tensor))
 
 
-def symmetric_heap_stats(group: dist.ProcessGroup | None = None) -> dict[str, int]:
+def symmetric_heap_stats(group: dist.ProcessGroup | None = None) -> dict:
     """This rank's heap of `group`: reserved_bytes, in_use_bytes, peak_in_use_bytes, chunks, allocations and
-    chunk_creations (allocations that needed a new chunk: the rest came from the cache); min_bytes, the least buffer
-    that runs zero-copy on this group (when it is on one host)."""
+    chunk_creations (allocations that needed a new chunk: the rest came from the cache); zero_copy_ops and
+    copy_restarts (operations that ran zero-copy, and that restarted on the copying path because some rank's buffer
+    was not symmetric); min_bytes, the least buffer that may run zero-copy on this group (when it is on one host);
+    zero_copy_choice, "measured" (the default) or "forced" (TUNEDIST_SYMMETRIC_MIN_BYTES set); and paths, one dict
+    per collective and size class the group has measured: op, bytes_from (the class's least size), path ("copy",
+    "zero-copy cached" or "zero-copy streaming"), windows (probe windows so far) and ns_per_byte (this rank's
+    median per path in the last window)."""
     from . import _C  # noqa: PLC0415
 
     return dict(_C.symmetric_heap_stats(_cpu_backend(group, "symmetric_heap_stats")))

@@ -159,7 +159,7 @@ def check_groups(c: Checker) -> None:
     c.equal(out_a, torch.cat(blocks), "all_gather_into_tensor in A")
     if w >= 3:
         _check_subgroup(c)
-    _check_default_threshold(c)
+    _check_measured_default(c)
     del ta, tb, mixed, inp_b, out_a, out_b
     dist.destroy_process_group(ga)
     dist.destroy_process_group(gb)
@@ -185,24 +185,44 @@ def _check_subgroup(c: Checker) -> None:
     dist.destroy_process_group(g)
 
 
-def _check_default_threshold(c: Checker) -> None:
-    """Without TUNEDIST_SYMMETRIC_MIN_BYTES, the threshold is 256 KiB where the ranks fit this process's CPUs and
-    2 MiB where they do not (ShmOptions::symmetricMinBytesFor); below it buffers take the copying path."""
+def _check_measured_default(c: Checker) -> None:
+    """Without TUNEDIST_SYMMETRIC_MIN_BYTES, collectives on symmetric buffers from 64 KiB run the path the group
+    measured faster for their op and size class (shm/zero_copy/path_chooser.h), the same on every rank; smaller ones
+    copy. TUNEDIST_TEST_SLOW_PATHS makes the named paths report a second more per operation: with the copying and
+    the streaming path slow, all_reduce of 256 KiB ends on zero-copy with cached stores; with both zero-copy paths
+    slow, on the copying path. Every result is checked, through the probe window too."""
     w, rank = c.world_size, c.rank
-    with patched_environ({MIN_BYTES_VAR: None}):
-        g = dist.new_group(backend="tuned")
-    expected = (256 << 10) if w <= len(os.sched_getaffinity(0)) else (2 << 20)
-    min_bytes = tunedist.symmetric_heap_stats(g)["min_bytes"]
-    c.true(min_bytes == expected, f"default zero-copy threshold at {w} ranks: {min_bytes} B, expected {expected} B")
-    for n, zero_copy in ((1000, 0), (expected // 4 - 1, 0), (expected // 4, 1)):
-        inputs = [make_input(torch.float32, n, r, "thr") for r in range(w)]
-        t = sym_copy(inputs[rank], group=g)
-        what = f"all_reduce of {4 * n} symmetric bytes with the default threshold"
-        with expect_path(c, what, zero_copy=zero_copy, group=g):
-            dist.all_reduce(t, group=g)
-        c.equal(t, reference("SUM", inputs), what)
-    del t
-    dist.destroy_process_group(g)
+    n = 65536  # 256 KiB of float32
+    inputs = [make_input(torch.float32, n, r, "measured") for r in range(w)]
+    expected = reference("SUM", inputs)
+    for slow, want in (("copy,streaming", "zero-copy cached"), ("cached,streaming", "copy")):
+        with patched_environ({MIN_BYTES_VAR: None, "TUNEDIST_TEST_SLOW_PATHS": slow}):
+            g = dist.new_group(backend="tuned")
+            s = tunedist.symmetric_heap_stats(g)
+            c.true(s["min_bytes"] == 64 << 10 and s["zero_copy_choice"] == "measured",
+                   f"default zero-copy settings: min_bytes {s['min_bytes']}, {s['zero_copy_choice']}")
+            small = sym_copy(inputs[rank][:(16 << 10) - 1], group=g)
+            with expect_path(c, "all_reduce of 64 KiB - 4 B with the measured default", zero_copy=0, group=g):
+                dist.all_reduce(small, group=g)
+            c.equal(small, expected[:(16 << 10) - 1], "all_reduce under 64 KiB")
+            t = sym(n, group=g)
+            for i in range(30):  # the class's warm-up, one probe window of every path, its verdict
+                t.copy_(inputs[rank])
+                dist.all_reduce(t, group=g)
+                c.equal(t, expected, f"all_reduce {i} of 256 KiB, slow paths {slow}")
+            t.copy_(inputs[rank])
+            with expect_path(c, f"all_reduce after the verdict, slow paths {slow}", zero_copy=int(want != "copy"),
+                             group=g):
+                dist.all_reduce(t, group=g)
+            c.equal(t, expected, f"all_reduce after the verdict, slow paths {slow}")
+            paths = [(p["op"], p["bytes_from"], p["path"]) for p in tunedist.symmetric_heap_stats(g)["paths"]]
+            c.true(paths == [("all_reduce", 256 << 10, want)], f"slow paths {slow}: chosen {paths}, expected "
+                   f"all_reduce from 256 KiB on {want}")
+            everyone = [None] * w
+            dist.all_gather_object(everyone, paths)
+            c.true(all(p == paths for p in everyone), f"slow paths {slow}: the ranks chose {everyone}")
+            del small, t
+            dist.destroy_process_group(g)
 
 
 # ---------------------------------------------------------------------------------------------------------------

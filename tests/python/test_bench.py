@@ -204,7 +204,8 @@ def test_bench_tuned_sym_runs_zero_copy_and_right(sym_run):
 
 
 def test_zero_copy_lines_warn_loudly():
-    section = {"min_bytes": 1024, "zero_copy_ops": 0, "copy_restarts": 0, "calls": 12, "reserved_bytes": 1 << 26,
+    section = {"min_bytes": 1024, "forced": True, "paths": [], "zero_copy_ops": 0, "copy_restarts": 0, "calls": 12,
+               "reserved_bytes": 1 << 26,
                "peak_in_use_bytes": 4096, "chunks": 1, "points": 2, "points_expected": 1,
                "missed": [{"op": "all_reduce", "bytes": 4096, "inplace": True, "zero_copy_ops": 0, "calls": 6}]}
     lines = symmetric.zero_copy_lines({"tuned+sym": section})
@@ -213,6 +214,16 @@ def test_zero_copy_lines_warn_loudly():
     assert "WARNING: tuned+sym: all_reduce in-place S = 4096 B ran zero-copy in 0 of 6 calls" in lines[2]
     fine = {**section, "zero_copy_ops": 6, "missed": []}
     assert not any("WARNING" in line for line in symmetric.zero_copy_lines({"tuned+sym": fine}))
+    # Measured (the default): the copying path where the group measured it faster is no shortfall; the lines say
+    # which path each class keeps.
+    measured = {**section, "forced": False, "points_expected": 0, "missed": [],
+                "paths": [{"op": "all_gather", "bytes_from": 1 << 20, "path": "copy", "windows": 1,
+                           "ns_per_byte": {"copy": 0.1, "zero-copy cached": 0.2, "zero-copy streaming": 0.3}}]}
+    lines = symmetric.zero_copy_lines({"tuned+sym": measured})
+    assert not any("WARNING" in line for line in lines)
+    assert "measured per class from 1024 B" in lines[0]
+    assert lines[1] == ("# tuned+sym: all_gather from 1.0 MiB: copy (windows 1; ns/B on rank 0: copy 0.100, "
+                        "zero-copy cached 0.200, zero-copy streaming 0.300)")
 
 
 def test_bench_rejects_tuned_sym_on_cuda(capsys):
@@ -458,12 +469,14 @@ def test_main_job_trains_both_runs_and_saves_its_record(tmp_path):
 
 
 def test_fsdp_symmetric_benchmark_runs_zero_copy_with_equal_losses(tmp_path):
-    """benchmarks/bench_fsdp_symmetric.py, shrunk: FSDP2 with the group's allocator runs every all-gather and
+    """benchmarks/bench_fsdp_symmetric.py, shrunk: FSDP2 with the group's allocator and zero-copy forced
+    (TUNEDIST_SYMMETRIC_MIN_BYTES=0; by default the group measures each class first) runs every all-gather and
     reduce-scatter zero-copy (3 per layer and step: forward and backward all-gather, reduce-scatter), the plain
     configuration none, and both train to the same losses; the memory children report their heap."""
     out = tmp_path / "fsdp_sym.json"
     text = _torchrun("benchmarks/bench_fsdp_symmetric.py", "--layers", "2", "--dim", "512", "--warmup", "1",
-                     "--rounds", "2", "--steps", "1", "--mem-steps", "1", "--json", str(out))
+                     "--rounds", "2", "--steps", "1", "--mem-steps", "1", "--json", str(out),
+                     extra_env={"TUNEDIST_SYMMETRIC_MIN_BYTES": "0"})
     data = json.loads(out.read_text())
     plain, sym = data["time"]["plain"], data["time"]["symmetric"]
     assert plain["zero_copy_ops"] == 0 and sym["zero_copy_ops_per_step"] == 3 * 2 and sym["copy_restarts"] == 0

@@ -174,8 +174,9 @@ class CpuBackend : public c10d::Backend {
   // Whether `t`'s bytes lie in this rank's symmetric heap.
   bool isSymmetric(const at::Tensor& t) const;
   shm::HeapStats heapStats() const { return heap_->stats(); }
-  // The least buffer that runs zero-copy in a one-host group of this size (groups spanning hosts always copy).
-  size_t symmetricMinBytes() const { return options().shm.symmetricMinBytesFor(size_); }
+  // The least buffer that may run zero-copy in a one-host group (groups spanning hosts always copy): from there the
+  // group measures the path, or with TUNEDIST_SYMMETRIC_MIN_BYTES set, runs zero-copy.
+  size_t symmetricMinBytes() const { return options().shm.zeroCopyMinBytes(); }
 
   // Bytes of shared memory this group reserves at its first collective (on one host; per host when it spans
   // several, once the group has run an operation).

@@ -7,8 +7,7 @@ namespace tunedist::engine {
 SymmetricHost::SymmetricHost(std::unique_ptr<shm::ShmComm> comm)
     : zeroCopy_(comm->zeroCopy()),
       rank_(comm->rank()),
-      minBytes_(comm->options().symmetricMinBytesFor(comm->size())),
-      broadcastMinBytes_(comm->options().symmetricBroadcastMinBytesFor(comm->size())),
+      minBytes_(comm->options().zeroCopyMinBytes()),
       copying_(std::move(comm)) {}
 
 bool SymmetricHost::consecutive(const std::vector<at::Tensor>& blocks, size_t bytes) {
@@ -26,15 +25,17 @@ void SymmetricHost::allreduce(const core::OpContext& ctx, const at::Tensor& t, c
   if (zeroCopy(t.data_ptr(), tensorBytes(t), &ref, minBytes_)) {
     zeroCopy_->allreduce(ctx, t.data_ptr(), ref, size_t(t.numel()), args);
   } else {
+    passed(shm::zero_copy::ZeroCopyCollectives::kAllreduce, tensorBytes(t));
     copying_.allreduce(ctx, t, args);
   }
 }
 
 void SymmetricHost::broadcast(const core::OpContext& ctx, const at::Tensor& t, int root) {
   shm::HeapRef ref;
-  if (zeroCopy(t.data_ptr(), tensorBytes(t), &ref, broadcastMinBytes_)) {
+  if (zeroCopy(t.data_ptr(), tensorBytes(t), &ref, minBytes_)) {
     zeroCopy_->broadcast(ctx, t.data_ptr(), ref, tensorBytes(t), root);
   } else {
+    passed(shm::zero_copy::ZeroCopyCollectives::kBroadcast, tensorBytes(t));
     copying_.broadcast(ctx, t, root);
   }
 }
@@ -45,6 +46,7 @@ void SymmetricHost::allgather(const core::OpContext& ctx, const at::Tensor& in, 
   if (consecutive(blocks, bytes) && zeroCopy(blocks[0].data_ptr(), bytes * blocks.size(), &ref, minBytes_)) {
     zeroCopy_->allgather(ctx, in.data_ptr(), bytes, blocks[0].data_ptr(), ref);
   } else {
+    passed(shm::zero_copy::ZeroCopyCollectives::kAllgather, bytes * blocks.size());
     copying_.allgather(ctx, in, blocks);
   }
 }
@@ -62,6 +64,7 @@ void SymmetricHost::reduceScatter(const core::OpContext& ctx, const std::vector<
   if (outOk && consecutive(blocks, bytes) && zeroCopy(blocks[0].data_ptr(), bytes * blocks.size(), &ref, minBytes_)) {
     zeroCopy_->reduceScatter(ctx, blocks[0].data_ptr(), ref, out.data_ptr(), size_t(out.numel()), args);
   } else {
+    passed(shm::zero_copy::ZeroCopyCollectives::kReduceScatter, bytes * blocks.size());
     copying_.reduceScatter(ctx, blocks, out, args);
   }
 }

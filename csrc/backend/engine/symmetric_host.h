@@ -1,10 +1,10 @@
 // SymmetricHost: the HostCollectives of a one-host group whose ranks may allocate from a symmetric heap
-// (shm/heap.h; Backend::allocateTensor, tunedist.symmetric_empty): zero-copy, else copying. A collective whose buffer
-// lies in this rank's heap, large enough to gain (ShmOptions::symmetricMinBytesFor), runs on the communicator's
-// zero-copy collectives (shm/zero_copy/), which read and write peers' buffers directly; every other call is the
-// copying engine's (OneHost). Ranks need not decide alike: the group votes at the operation's first round, and when
-// some buffers are symmetric and some not, every rank runs the copying algorithm
-// (ZeroCopyCollectives::runVoted).
+// (shm/heap.h; Backend::allocateTensor, tunedist.symmetric_empty): zero-copy where this host measured it faster, else
+// copying. A collective whose buffer lies in this rank's heap and reaches ShmOptions::zeroCopyMinBytes goes to the
+// communicator's zero-copy collectives (shm/zero_copy/), which pick its path per size class from the group's
+// measurements (path_chooser.h) and read and write peers' buffers directly; every other call is the copying engine's
+// (OneHost). Ranks need not decide alike: the group votes at the operation's first round, and when some buffers are
+// symmetric and some not, every rank runs the copying algorithm (ZeroCopyCollectives::runVoted).
 #pragma once
 
 #include <memory>
@@ -47,10 +47,17 @@ class SymmetricHost final : public HostCollectives {
   const shm::ShmComm& hostComm() const override { return copying_.hostComm(); }
 
  private:
-  // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation is large enough to gain
+  // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation reaches `minBytes`
   // (ZeroCopyCollectives::accepts).
   bool zeroCopy(const void* ptr, size_t bytes, shm::HeapRef* ref, size_t minBytes) const {
     return zeroCopy_ != nullptr && zeroCopy_->accepts(ptr, bytes, minBytes, ref);
+  }
+  // A call that copies because our buffer does not qualify: counted by the collective's path chooser all the same
+  // (ZeroCopyCollectives::pass), so every rank's probe schedule stays the same.
+  void passed(shm::zero_copy::ZeroCopyCollectives::Op op, size_t bytes) {
+    if (zeroCopy_ != nullptr) {
+      zeroCopy_->pass(op, bytes);
+    }
   }
   // Whether blocks[p] are consecutive contiguous pieces of one buffer that starts at blocks[0], each `bytes` long.
   static bool consecutive(const std::vector<at::Tensor>& blocks, size_t bytes);
@@ -58,8 +65,7 @@ class SymmetricHost final : public HostCollectives {
   // The copying engine's communicator's zero-copy collectives (null without a heap).
   shm::zero_copy::ZeroCopyCollectives* zeroCopy_;
   int rank_;
-  size_t minBytes_;           // ShmOptions::symmetricMinBytesFor(ranks)
-  size_t broadcastMinBytes_;  // ShmOptions::symmetricBroadcastMinBytesFor(ranks)
+  size_t minBytes_;  // ShmOptions::zeroCopyMinBytes()
   OneHost copying_;
 };
 

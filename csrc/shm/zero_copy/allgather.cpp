@@ -9,10 +9,10 @@
 namespace tunedist::shm::zero_copy {
 
 namespace {
-// From here up, the own block is streamed to memory (no read-for-ownership of the destination): a block this large
-// leaves the core's cache before anybody reads it. Below it, the cached copy (memmove) is faster for the caller's
-// next read. 2 ranks of a 2-vCPU Intel Xeon with AVX-512, out of place (3 runs each;
-// docs/performance.md#symmetric-buffers): streaming took the 64 MiB all_gather from 0.68-0.75 to 0.64-0.69 of the
+// On the streaming path, from here up, the own block is streamed to memory too (no read-for-ownership of the
+// destination): a block this large leaves the core's cache before anybody reads it. Below it, the cached copy
+// (memmove) is faster for the caller's next read. 2 ranks of a 2-vCPU Intel Xeon with AVX-512, out of place (3 runs
+// each; docs/performance.md#symmetric-buffers): streaming took the 64 MiB all_gather from 0.68-0.75 to 0.64-0.69 of the
 // copying path's time; streaming at 1 MiB too was slower (0.64-0.70 against 0.47-0.52).
 constexpr size_t kStreamOwnBlockBytes = size_t{4} << 20;
 // The input goes to every destination 64 KiB at a time, so it is read from memory once and from cache for the
@@ -23,7 +23,8 @@ constexpr size_t kPushBlockBytes = size_t{64} << 10;
 //   1. publish (we are in the operation: peers may write into our output); wait for all; the descriptors agree that
 //      every output is symmetric;
 //   2. write our input into block `rank` of every rank's output: ours (nothing to do for FSDP2's in-place
-//      all-gather, whose input is that block) and each peer's, with streaming stores, 64 KiB of input at a time;
+//      all-gather, whose input is that block) and each peer's, with the stores the path names, 64 KiB of input at a
+//      time;
 //   3. publish (our block is in every output); wait for all: every output is complete, and no rank returns while a
 //      peer still writes into its output.
 // Pushing reads our input (local, often still in cache) instead of a peer's freshly written block out of the
@@ -41,13 +42,13 @@ void ZeroCopyCollectives::allgather(const core::OpContext& ctx, const void* in, 
     gatherBody(rounds_, ctx, in, bytes, const_cast<void* const*>(outs.data()), -1);
   };
   runVoted(
-      ctx, desc, outRef,
-      [&] {
+      ctx, kAllgather, size_t(rounds_.size()) * bytes, desc, outRef,
+      [&](bool streaming) {
         // Step 1/2: every rank is in the operation; its output may be written.
         rounds_.syncRound(ctx);
         const char* src = static_cast<const char*>(in);
         char* own = blocks + size_t(rounds_.rank()) * bytes;
-        const bool streamOwn = bytes >= kStreamOwnBlockBytes && (src + bytes <= own || own + bytes <= src);
+        const bool streamOwn = streaming && bytes >= kStreamOwnBlockBytes && (src + bytes <= own || own + bytes <= src);
         std::vector<char*> peers(size_t(rounds_.size()), nullptr);  // block `rank` of each peer's output
         for (int q = 0; q < rounds_.size(); ++q) {
           if (q != rounds_.rank()) {
@@ -58,7 +59,11 @@ void ZeroCopyCollectives::allgather(const core::OpContext& ctx, const void* in, 
           const size_t n = std::min(kPushBlockBytes, bytes - off);
           for (int q = 0; q < rounds_.size(); ++q) {
             if (q != rounds_.rank()) {
-              kernels::copyBytes(peers[size_t(q)] + off, src + off, n);
+              if (streaming) {
+                kernels::copyBytes(peers[size_t(q)] + off, src + off, n);
+              } else {
+                kernels::copyBytesCached(peers[size_t(q)] + off, src + off, n);
+              }
             }
           }
           if (streamOwn) {

@@ -10,7 +10,7 @@ namespace tunedist::shm::zero_copy {
 
 namespace {
 // The reduce-then-push unit: small enough that the reduced block is still in this core's cache when it is
-// streamed to the peers, large enough that the per-block calls cost nothing measurable.
+// written to the peers, large enough that the per-block calls cost nothing measurable.
 constexpr size_t kPushBlockBytes = size_t{64} << 10;
 }  // namespace
 
@@ -18,7 +18,8 @@ constexpr size_t kPushBlockBytes = size_t{64} << 10;
 // slice q of any buffer between the two synchronisations, so every step below is race-free):
 //   1. publish (our buffer holds our input); wait for all; the descriptors agree that every buffer is symmetric;
 //   2. block by block through slice `rank`: reduce the block of every rank's buffer, in rank order 0..P-1, into
-//      our buffer (in place), then stream the result into the same block of every peer's buffer;
+//      our buffer (in place), then write the result into the same block of every peer's buffer, with the stores the
+//      path names (cached: the result stays in the shared cache, where the peer reads it next; streaming: to memory);
 //   3. publish (we have read every peer's slice `rank` and written our result into it); wait for all: every
 //      buffer now holds every slice's result, and no rank returns while a peer still reads or writes its buffer
 //      (a tensor the caller reuses right after wait() is safe).
@@ -29,10 +30,10 @@ void ZeroCopyCollectives::allreduce(const core::OpContext& ctx, void* buf, HeapR
                                     const kernels::ReduceArgs& args) {
   kernels::checkReduceSupported(args.dtype, args.op);
   const OpDesc desc = makeDesc(OpCode::kAllreduce, ctx.seq, count, -1, args.dtype, args.op, args.factor);
+  const size_t es = core::dtypeSize(args.dtype);
   runVoted(
-      ctx, desc, ref,
-      [&] {
-        const size_t es = core::dtypeSize(args.dtype);
+      ctx, kAllreduce, count * es, desc, ref,
+      [&](bool streaming) {
         // Step 1/2: our buffer holds our input; every peer may read and write its slice of it.
         rounds_.syncRound(ctx);
         std::vector<char*> bases(size_t(rounds_.size()), nullptr);
@@ -54,7 +55,11 @@ void ZeroCopyCollectives::allreduce(const core::OpContext& ctx, void* buf, HeapR
           kernels::reduce(args, mine, srcs.data(), rounds_.size(), n);
           for (int q = 0; q < rounds_.size(); ++q) {
             if (q != rounds_.rank()) {
-              kernels::copyBytes(bases[size_t(q)] + b * es, mine, n * es);
+              if (streaming) {
+                kernels::copyBytes(bases[size_t(q)] + b * es, mine, n * es);
+              } else {
+                kernels::copyBytesCached(bases[size_t(q)] + b * es, mine, n * es);
+              }
             }
           }
         }

@@ -4,15 +4,71 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "shm/rounds.h"
 #include "shm/zero_copy/zero_copy.h"
 
 namespace tunedist::shm::zero_copy {
+namespace {
+
+constexpr uint32_t bit(Path p) { return 1u << unsigned(p); }
+
+// The paths a collective may take. reduce_scatter has no stores to pick (it writes only its own output, with the
+// reduction's plain stores): its one zero-copy path is kCachedStores. With TUNEDIST_SYMMETRIC_MIN_BYTES set the
+// path is zero-copy and only the stores are measured.
+PathChooser chooserFor(ZeroCopyCollectives::Op op, bool forced) {
+  const uint32_t zeroCopy = op == ZeroCopyCollectives::kReduceScatter
+                                ? bit(Path::kCachedStores)
+                                : bit(Path::kCachedStores) | bit(Path::kStreamingStores);
+  return forced ? PathChooser(zeroCopy, Path::kCachedStores) : PathChooser(zeroCopy | bit(Path::kCopy), Path::kCopy);
+}
+
+// TUNEDIST_TEST_SLOW_PATHS: comma-separated path names (copy, cached, streaming).
+uint32_t slowPathsFromEnv() {
+  uint32_t mask = 0;
+  if (auto v = core::envString("TUNEDIST_TEST_SLOW_PATHS")) {
+    std::stringstream in(*v);
+    std::string name;
+    while (std::getline(in, name, ',')) {
+      if (name == "copy") {
+        mask |= bit(Path::kCopy);
+      } else if (name == "cached") {
+        mask |= bit(Path::kCachedStores);
+      } else if (name == "streaming") {
+        mask |= bit(Path::kStreamingStores);
+      } else if (!name.empty()) {
+        TD_CHECK(false, "tunedist: TUNEDIST_TEST_SLOW_PATHS='", *v, "': '", name,
+                 "' is none of copy, cached, streaming");
+      }
+    }
+  }
+  return mask;
+}
+
+}  // namespace
+
+const char* ZeroCopyCollectives::opName(Op op) {
+  switch (op) {
+    case kAllreduce: return "all_reduce";
+    case kAllgather: return "all_gather";
+    case kReduceScatter: return "reduce_scatter";
+    case kBroadcast: return "broadcast";
+  }
+  return "?";
+}
 
 ZeroCopyCollectives::ZeroCopyCollectives(Rounds& rounds, std::shared_ptr<SymmetricHeap> heap)
-    : rounds_(rounds), segment_(rounds.segment()), heap_(std::move(heap)), peerChunks_(size_t(rounds.size())) {
+    : rounds_(rounds),
+      segment_(rounds.segment()),
+      heap_(std::move(heap)),
+      peerChunks_(size_t(rounds.size())),
+      forced_(rounds.options().symmetricMinBytes.has_value()),
+      choosers_{chooserFor(kAllreduce, forced_), chooserFor(kAllgather, forced_), chooserFor(kReduceScatter, forced_),
+                chooserFor(kBroadcast, forced_)},
+      testSlowPaths_(slowPathsFromEnv()) {
   TD_ASSERT(heap_ != nullptr, "zero-copy collectives without a symmetric heap");
   segment_.setListener(this);
   // Chunks of a rank killed before any table listed them have no owner left to unlink them, and the survivors'
@@ -29,6 +85,55 @@ ZeroCopyCollectives::~ZeroCopyCollectives() {
   segment_.setListener(nullptr);
   // Orphans again after a failure: a peer that died during it may not have been a zombie yet at abort().
   dropHeapNames(segment_.failed());
+}
+
+void ZeroCopyCollectives::pass(Op op, size_t bytes) {
+  if (rounds_.size() == 1 || bytes < rounds_.options().zeroCopyMinBytes()) {
+    return;
+  }
+  const int cls = PathChooser::classOf(bytes);
+  decideDue(op, cls);
+  const PathChooser::Plan plan = choosers_[op].next(bytes);
+  if (plan.windowClosed) {
+    shareVerdict(op, cls);
+  }
+  choosers_[op].dropPending();
+}
+
+void ZeroCopyCollectives::decideDue(Op op, int cls) {
+  PathChooser& chooser = choosers_[op];
+  if (!chooser.verdictDue(cls)) {
+    return;
+  }
+  // Every rank that closed the window with us published its medians before the step we have since waited for. The
+  // slowest rank decides: back to back, an operation starts no sooner than its busiest rank ends the previous one.
+  std::array<double, kPaths> slowest{};
+  for (int p = 0; p < rounds_.size(); ++p) {
+    const PathVerdict& v = segment_.ctl(p).pathVerdicts[op][cls];
+    if (v.window.load(std::memory_order_relaxed) != chooser.windows(cls)) {
+      continue;  // a rank that did not close this window (its own plans differed) shares nothing
+    }
+    std::array<double, kPaths> t{};
+    bool complete = true;
+    for (int k = 0; k < kPaths; ++k) {
+      t[size_t(k)] = v.nsPerByte[k].load(std::memory_order_relaxed);
+      complete = complete && (!(chooser.allowed() & (1u << k)) || t[size_t(k)] > 0);
+    }
+    for (int k = 0; k < kPaths && complete; ++k) {
+      slowest[size_t(k)] = std::max(slowest[size_t(k)], t[size_t(k)]);
+    }
+  }
+  chooser.decide(cls, slowest);
+}
+
+void ZeroCopyCollectives::shareVerdict(Op op, int cls) {
+  const PathChooser& chooser = choosers_[op];
+  // Plain stores: this operation's first publish releases them; peers read them at their next operation of the class.
+  PathVerdict& mine = segment_.ctl(rounds_.rank()).pathVerdicts[op][cls];
+  for (int k = 0; k < kPaths; ++k) {
+    mine.nsPerByte[k].store(float(chooser.lastMedian(cls, Path(k))), std::memory_order_relaxed);
+  }
+  mine.window.store(chooser.windows(cls), std::memory_order_relaxed);
 }
 
 bool ZeroCopyCollectives::accepts(const void* ptr, size_t bytes, size_t minBytes, HeapRef* ref) const {

@@ -24,8 +24,8 @@ void ZeroCopyCollectives::reduceScatter(const core::OpContext& ctx, const void* 
     reduceScatterBody(rounds_, ctx, ins.data(), out, count, args);
   };
   runVoted(
-      ctx, desc, inRef,
-      [&] {
+      ctx, kReduceScatter, size_t(rounds_.size()) * blockBytes, desc, inRef,
+      [&](bool /*streaming: one zero-copy path*/) {
         // Step 1/2: our input is complete; every peer may read its block of it.
         rounds_.syncRound(ctx);
         RankPtrs srcs(rounds_.size());

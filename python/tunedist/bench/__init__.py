@@ -12,9 +12,9 @@ Contenders (tunedist.bench.contenders): each name in --backends is a c10d backen
 `deepspeed`, deepspeed.comm.inference_all_reduce (pip install deepspeed; all_reduce only, its other ops are skipped
 with a note; the bench sets DS_ACCELERATOR=cpu and LOCAL_SIZE when unset), or `tuned+sym`, a tuned group of its own
 whose buffers (every tensor passed to the op: out-of-place inputs and outputs too) come from that group's symmetric
-heap (tunedist.symmetric_empty) instead of torch.empty, so that a point whose S is at least the group's zero-copy
-threshold (TUNEDIST_SYMMETRIC_MIN_BYTES; by default 256 KiB, or 2 MiB where the ranks outnumber the cores) runs
-zero-copy (tunedist.symmetric), or `tuned-op`, a tuned group of its own called through tunedist's operators
+heap (tunedist.symmetric_empty) instead of torch.empty, so that its points from 64 KiB run zero-copy or copying as
+the group measured them on this host per op and size class (tunedist.symmetric; with TUNEDIST_SYMMETRIC_MIN_BYTES
+set, zero-copy from that S), or `tuned-op`, a tuned group of its own called through tunedist's operators
 (tunedist.all_reduce and the others: the same engine, without torch.distributed's Python layer; all_reduce,
 all_gather, reduce_scatter and broadcast), or `deepspeed-op`, DeepSpeed's kernel
 torch.ops.deepspeed.inference_all_reduce_ called without its Python API (SUM only). The conventions follow nccl-tests
@@ -73,10 +73,12 @@ torch.ops.deepspeed.inference_all_reduce_ called without its Python API (SUM onl
 - load_avg_start/end: os.getloadavg() on rank 0 before the first and after the last point.
 - zero-copy (tuned+sym only): the growth of symmetric_heap_stats()["zero_copy_ops"] over a point (its check, warm-up
   and rounds; the least over ranks) next to the calls the point made, in the row (zero_copy_ops, calls,
-  copy_restarts, zero_copy_expected: S >= the threshold on a one-host group) and as the path (zero-copy, copying or
-  mixed). meta["symmetric"] has the run's totals and the heap's (reserved_bytes and peak_in_use_bytes, the most over
-  ranks). A point expected to run zero-copy that did not, or a run with no zero-copy call, is printed as a WARNING
-  (stdout and stderr); below the threshold every call takes the copying path, as it should.
+  copy_restarts, zero_copy_expected: S >= TUNEDIST_SYMMETRIC_MIN_BYTES where it is set, on a one-host group) and as
+  the path (zero-copy, copying or mixed: by default the group measures each op and size class, and a point's calls
+  may include a probe window of every path). meta["symmetric"] has the run's totals, the path each measured class
+  keeps with rank 0's timings, and the heap's (reserved_bytes and peak_in_use_bytes, the most over ranks). With
+  TUNEDIST_SYMMETRIC_MIN_BYTES set, a point that must run zero-copy and did not, or a run with no zero-copy call, is
+  printed as a WARNING (stdout and stderr).
 
 Modules: __main__ (the command line and the run's metadata), sweep (the points, their checks, warm-up and
 interleaved rounds, the memcpy probe), collectives (one record per op: S, busbw and the buffers), contenders (what

@@ -55,8 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 epilog="Run it under torchrun; rank 0 prints. Conventions: see the module docstring.")
     p.add_argument("--backends", type=_csv(None, "backend"), default=["tuned", "gloo"],
                    help="comma-separated CPU c10d backends, deepspeed, deepspeed-op, tuned-op and/or tuned+sym (a "
-                        "tuned group on buffers from its symmetric heap: zero-copy from TUNEDIST_SYMMETRIC_MIN_BYTES, "
-                        "default 256K, 2M with more ranks than cores), all measured in this run, interleaved; the "
+                        "tuned group on buffers from its symmetric heap: zero-copy or copying per op and size class as "
+                        "the group measures them, from 64K; TUNEDIST_SYMMETRIC_MIN_BYTES forces zero-copy from that "
+                        "size), all measured in this run, interleaved; the "
                         "summary compares each with the first (default tuned,gloo)")
     p.add_argument("--ops", type=_csv(ALL_OPS, "op"), default=list(OPS),
                    help="comma-separated, default the four above; also all_to_all, reduce, gather, scatter")

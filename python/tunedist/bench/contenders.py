@@ -203,8 +203,11 @@ def make(name: str) -> Contender:
         return Contender(name, DirectComm(), ops=DirectComm.OPS)
     if name == TUNED_SYM:
         comm = SymmetricComm()
-        # The least buffer (S, as the bench defines it) that runs zero-copy, as the backend chose it for the group.
-        return Contender(name, comm, info={"min_bytes": comm.heap_stats()["min_bytes"]})
+        # The least buffer (S, as the bench defines it) that may run zero-copy, and whether it must
+        # (TUNEDIST_SYMMETRIC_MIN_BYTES set) or the group measures each class.
+        stats = comm.heap_stats()
+        return Contender(name, comm, info={"min_bytes": stats["min_bytes"],
+                                           "forced": stats["zero_copy_choice"] == "forced"})
     if name not in (DEEPSPEED, DEEPSPEED_OP):
         return Contender(name, C10dComm(name))
     comm = DeepSpeedComm() if name == DEEPSPEED else DeepSpeedOpComm()

@@ -20,11 +20,13 @@ def _over_ranks(values, op) -> list:
 
 def zero_copy_row(contender, heap0: dict, calls: int, nbytes: int) -> dict:
     """A symmetric contender's zero-copy calls at a point: the counters' growth since heap0, the least over ranks,
-    beside the calls the point made and whether its size S should run zero-copy."""
+    beside the calls the point made and whether its size S must run zero-copy (only where TUNEDIST_SYMMETRIC_MIN_BYTES
+    forces it: by default the group measures each class and may keep the copying path)."""
     now = contender.heap_stats()
     zero_copy, restarts = _over_ranks([now["zero_copy_ops"] - heap0["zero_copy_ops"],
                                        now["copy_restarts"] - heap0["copy_restarts"]], dist.ReduceOp.MIN)
-    expected = dist.get_world_size() > 1 and contender.comm.one_host() and nbytes >= contender.info["min_bytes"]
+    expected = (dist.get_world_size() > 1 and contender.comm.one_host() and contender.info["forced"]
+                and nbytes >= contender.info["min_bytes"])
     path = "zero-copy" if zero_copy == calls else "copying" if zero_copy == 0 else f"mixed {zero_copy}/{calls}"
     return {"path": path, "zero_copy_ops": zero_copy, "calls": calls, "copy_restarts": restarts,
             "zero_copy_expected": expected}
@@ -38,7 +40,10 @@ def symmetric_section(contender, heap0: dict, results) -> dict:
                                       dist.ReduceOp.MIN)
     heap = dict(zip(_HEAP, _over_ranks([now[k] for k in _HEAP], dist.ReduceOp.MAX)))
     rows = [r for r in results if r["backend"] == contender.name]
-    return {"min_bytes": contender.info["min_bytes"], "zero_copy_ops": zero_copy, "copy_restarts": restarts,
+    return {"min_bytes": contender.info["min_bytes"], "forced": contender.info["forced"],
+            "paths": [{k: p[k] for k in ("op", "bytes_from", "path", "windows", "ns_per_byte")}
+                      for p in now.get("paths", [])],
+            "zero_copy_ops": zero_copy, "copy_restarts": restarts,
             "calls": sum(r["calls"] for r in rows), **heap,
             "points": len(rows), "points_expected": sum(r["zero_copy_expected"] for r in rows),
             "missed": [{k: r[k] for k in ("op", "bytes", "inplace", "zero_copy_ops", "calls")} for r in rows
@@ -54,11 +59,16 @@ def zero_copy_lines(sections: dict) -> list:
     """What the tables end with for each symmetric contender: its totals, and a WARNING for every shortfall."""
     lines = []
     for name, s in sections.items():
-        lines.append(f"# {name}: zero_copy_ops {s['zero_copy_ops']} of {s['calls']} calls over the run (points with "
-                     f"S >= {s['min_bytes']} B: {s['points_expected']} of {s['points']}); copy_restarts "
+        how = "forced from" if s["forced"] else "measured per class from"
+        lines.append(f"# {name}: zero_copy_ops {s['zero_copy_ops']} of {s['calls']} calls over the run (zero-copy "
+                     f"{how} {s['min_bytes']} B; points that must run it: {s['points_expected']} of "
+                     f"{s['points']}); copy_restarts "
                      f"{s['copy_restarts']}; heap reserved {_size(s['reserved_bytes'])}, peak in use "
                      f"{_size(s['peak_in_use_bytes'])} (most over ranks)")
-        if s["zero_copy_ops"] == 0:
+        for p in s["paths"]:
+            lines.append(f"# {name}: {p['op']} from {_size(p['bytes_from'])}: {p['path']} (windows {p['windows']}; "
+                         f"ns/B on rank 0: " + ", ".join(f"{k} {v:.3f}" for k, v in p["ns_per_byte"].items()) + ")")
+        if s["zero_copy_ops"] == 0 and s["forced"]:
             lines.append(f"# WARNING: {name}: zero_copy_ops did not grow over the run: every one of its {s['calls']} "
                          f"calls took the copying path, so its rows measure the copying path, not zero-copy "
                          f"(zero-copy needs S >= TUNEDIST_SYMMETRIC_MIN_BYTES = {s['min_bytes']} B, one host and "

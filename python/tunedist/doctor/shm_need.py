@@ -22,8 +22,9 @@ from ..nccl_env import Finding
 
 PAGE_BYTES = 4096  # layout.h kPage
 NUM_BUFFERS = 2  # layout.h kNumBuffers: each rank's slots are double-buffered
-RANK_CTL_BYTES = 1216  # sizeof(layout.h RankCtl): step, heartbeat, life lock, two 56-byte OpDescs in two lines, and
-# 72 12-byte probe verdicts (RoundVerdict: 9 families x 8 size classes) in fourteen
+RANK_CTL_BYTES = 1920  # sizeof(layout.h RankCtl): step, heartbeat, life lock, two 56-byte OpDescs in two lines,
+# 72 12-byte probe verdicts (RoundVerdict: 9 families x 8 size classes) in fourteen, and 44 16-byte path verdicts
+# (PathVerdict: 4 collectives x 11 size classes) in eleven
 HEAP_TABLE_BYTES = 64 + 32 * 128  # sizeof(layout.h HeapTable): a count, then 32 chunk entries of two lines
 DEFAULT_SLOT_BYTES = 1 << 20  # options.h ShmOptions::kDefaultSlotBytes
 MAX_SLOT_BYTES = 1 << 30  # options.cpp ShmOptions::validate

@@ -40,14 +40,14 @@ TEST_CASE("TUNEDIST_ONESHOT_MAX_BYTES sets the one-shot limit of every dtype", "
   CHECK(o.oneShotMaxBytesFor(core::DType::kFloat32) == 512 * KiB);
 }
 
-TEST_CASE("broadcast runs zero-copy from 16 MiB unless TUNEDIST_SYMMETRIC_MIN_BYTES says otherwise", "[options]") {
+TEST_CASE("zero-copy is measured from 64 KiB unless TUNEDIST_SYMMETRIC_MIN_BYTES forces it", "[options]") {
   core::ShmOptions o;
-  CHECK(o.symmetricBroadcastMinBytesFor(1) == 16 * MiB);
-  CHECK(o.symmetricBroadcastMinBytesFor(1024) == 16 * MiB);
+  CHECK_FALSE(o.symmetricMinBytes.has_value());
+  CHECK(o.zeroCopyMinBytes() == 64 * KiB);
   o.symmetricMinBytes = 0;
-  CHECK(o.symmetricBroadcastMinBytesFor(1) == 0);
+  CHECK(o.zeroCopyMinBytes() == 0);
   o.symmetricMinBytes = 64 * MiB;
-  CHECK(o.symmetricBroadcastMinBytesFor(1) == 64 * MiB);
+  CHECK(o.zeroCopyMinBytes() == 64 * MiB);
 }
 
 TEST_CASE("TUNEDIST_CACHED_COPY_MAX_BYTES sets where the copy out of slots turns to streaming stores", "[options]") {
