@@ -20,8 +20,8 @@
 //   TUNEDIST_SLOT_BYTES           bytes of one shared-memory slot (1 MiB; a multiple of 4096, at most 1 GiB); a group
 //                                 of P ranks on a host reserves about 2 * P slots at its first collective
 //   TUNEDIST_ONESHOT_MAX_BYTES    largest all_reduce that runs one-shot (256 KiB; bf16, fp16 64 KiB; sets both)
-//   TUNEDIST_SYMMETRIC_MIN_BYTES  smallest collective on a symmetric buffer that runs zero-copy (256 KiB, or 2 MiB
-//                                 when the host's ranks outnumber the CPUs this process may run on; broadcast 16 MiB)
+//   TUNEDIST_SYMMETRIC_MIN_BYTES  from this size a collective on a symmetric buffer always runs zero-copy (unset:
+//                                 from 64 KiB the group measures per op and size class whether zero-copy is faster)
 //   TUNEDIST_SIMD                 force a SIMD level of the reduction: scalar, avx2 or avx512 (default: the best the
 //                                 CPU supports)
 //   TUNEDIST_HOST_ID              split ranks that share memory into separate hosts (default: one host per machine)
