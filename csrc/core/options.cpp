@@ -7,8 +7,7 @@
 
 namespace tunedist::core {
 namespace {
-constexpr SlotStores kAllSlotStores[] = {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming,
-                                         SlotStores::kAutoPerCopy};
+constexpr SlotStores kAllSlotStores[] = {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStreaming};
 }  // namespace
 
 const char* slotStoresName(SlotStores mode) {
@@ -16,7 +15,6 @@ const char* slotStoresName(SlotStores mode) {
     case SlotStores::kAuto: return "auto";
     case SlotStores::kCached: return "cached";
     case SlotStores::kStreaming: return "streaming";
-    case SlotStores::kAutoPerCopy: return "per-copy";
   }
   return "?";
 }
@@ -53,7 +51,7 @@ ShmOptions ShmOptions::fromEnv() {
         known = true;
       }
     }
-    TD_CHECK(known, "tunedist: TUNEDIST_SLOT_STORES must be auto, cached, streaming or per-copy, got '", *v, "'");
+    TD_CHECK(known, "tunedist: TUNEDIST_SLOT_STORES must be auto, cached or streaming, got '", *v, "'");
   }
   if (auto v = envNonNegativeInt("TUNEDIST_SPIN_ITERS")) {
     o.spinIters = int(*v);

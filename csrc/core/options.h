@@ -11,11 +11,10 @@
 
 namespace tunedist::core {
 
-// How a rank copies into its own slot (shm/copy_in.h): chosen at run time from the measured cost, or forced.
-// kAutoPerCopy chooses for every operation from the cost of the copy alone, as kAuto did before it timed whole
-// operations (shm/round_stores.h): kept to compare the two in one job.
-enum class SlotStores { kAuto, kCached, kStreaming, kAutoPerCopy };
-// The TUNEDIST_SLOT_STORES spelling: auto, cached, streaming, per-copy.
+// How a rank copies into its own slot (shm/store_policy.h): chosen per group at run time from the measured cost of
+// whole operations (shm/round_stores.h), or forced.
+enum class SlotStores { kAuto, kCached, kStreaming };
+// The TUNEDIST_SLOT_STORES spelling: auto, cached, streaming.
 const char* slotStoresName(SlotStores mode);
 
 struct ShmOptions {
@@ -56,7 +55,7 @@ struct ShmOptions {
   // 1.2-1.6x faster at 64 KiB-1 MiB.
   size_t cachedCopyMaxBytes = kDefaultCachedCopyMaxBytes;
   // Copies into our own slot: cached or streaming stores, chosen per group from their measured cost (kAuto), or
-  // forced (TUNEDIST_SLOT_STORES=auto|per-copy|cached|streaming). See shm/copy_in.h and shm/round_stores.h.
+  // forced (TUNEDIST_SLOT_STORES=auto|cached|streaming). See shm/store_policy.h and shm/round_stores.h.
   SlotStores slotStores = SlotStores::kAuto;
   // A broadcast of fewer bytes has its root copy into the slot with streaming stores under kAuto (TUNEDIST_SLOT_STORES
   // =cached still forces cached ones). Only the readers read that slot, and a line they must snoop out of the root's

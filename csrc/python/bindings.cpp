@@ -282,12 +282,6 @@ void bindModule(py::module& m) {
         using tunedist::shm::RoundStoreChooser;
         using tunedist::shm::StorePolicy;
         d["mode"] = tunedist::core::slotStoresName(comm->options().slotStores);
-        const auto& copyIn = comm->slotCopyIn();
-        py::dict other;
-        other["streaming"] = copyIn.streaming();
-        other["ns_per_line"] = copyIn.chooser().nsPerLine();
-        other["samples"] = copyIn.chooser().samples();
-        d["other_ops"] = other;
         py::list rounds;
         const std::pair<StorePolicy::Family, const char*> families[] = {
             {StorePolicy::kOneShotAllreduce, "all_reduce"},

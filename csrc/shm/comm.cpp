@@ -69,8 +69,6 @@ RoundStoreChooser& ShmComm::roundStoreChooser(StorePolicy::Family family) {
   return rounds_->storePolicy().chooser(family);
 }
 
-const SlotCopyIn& ShmComm::slotCopyIn() const { return rounds_->storePolicy().slotCopyIn(); }
-
 void ShmComm::abort(const std::string& reason, core::FailureKind kind) { rounds_->segment().abort(reason, kind); }
 void ShmComm::throwIfFailed() { rounds_->segment().throwIfFailed(); }
 bool ShmComm::failed() const { return rounds_->segment().failed(); }

@@ -64,8 +64,6 @@ class ShmComm {
   const RoundStoreChooser& roundStoreChooser(StorePolicy::Family family) const;
   // Only from the thread that runs this rank's operations, between them.
   RoundStoreChooser& roundStoreChooser(StorePolicy::Family family);
-  // The copy into our slot outside a RoundStoreChooser's scope (shm/copy_in.h).
-  const SlotCopyIn& slotCopyIn() const;
 
   // Marks the group failed with `reason` (shared with all ranks, with its kind) and wakes every waiter. The first
   // failure wins; later calls only share it again. Idempotent.

@@ -26,7 +26,7 @@ void gatherBody(Rounds& r, const core::OpContext& ctx, const void* in, size_t by
   const bool ownEarly = receive && (own == src || !kernels::rangesOverlap(own, src, bytes));
   // A rank that writes its slot and copies its own block reads its input once for both
   // (StorePolicy::Scope::copyInAndOwn), before publishing: when ranks are in step, the pass costs less than the two
-  // copies it replaces (shm/copy_in.h).
+  // copies it replaces.
   const bool writesSlot = (all || r.rank() != root) && r.size() > 1;
   const bool fused = writesSlot && ownEarly && own != src && bytes >= r.options().fusedOwnCopyMinBytes;
   // What the operation receives decides the stores of its output: the peers' blocks stream above cachedCopyMaxBytes
@@ -40,15 +40,14 @@ void gatherBody(Rounds& r, const core::OpContext& ctx, const void* in, size_t by
     const size_t n = std::min(chunk, bytes - off);
     int b = r.beginRound(ctx);
     // With no peer (a group of one) nobody reads the slot.
-    bool ownCopied = false;
     if (fused) {
-      ownCopied = stores.copyInAndOwn(r.slot(r.rank(), b), own + off, src + off, n, streamOwn);
+      stores.copyInAndOwn(r.slot(r.rank(), b), own + off, src + off, n, streamOwn);
     } else if (writesSlot) {
       stores.copyIn(r.slot(r.rank(), b), src + off, n);
     }
     // Step 1/1: our slot holds bytes [off, off+n) of our input.
     const uint64_t step = r.publish(ctx);
-    if (ownEarly && !ownCopied) {
+    if (ownEarly && !fused) {
       copyOwn(own + off, src + off, n, streamOwn);
     }
     r.waitAll(ctx, step);

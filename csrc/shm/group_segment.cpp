@@ -41,18 +41,18 @@ GroupSegment::GroupSegment(std::shared_ptr<core::Rendezvous> rendezvous, int ran
 }
 
 GroupSegment::~GroupSegment() {
-  stopHeartbeat_.store(true);
+  heartbeat_.stop.store(true);
   {
-    std::lock_guard<std::mutex> lock(heartbeatMutex_);
-    heartbeatCv_.notify_all();
+    std::lock_guard<std::mutex> lock(heartbeat_.mutex);
+    heartbeat_.cv.notify_all();
   }
-  if (heartbeat_.joinable()) {
-    heartbeat_.join();
+  if (heartbeat_.thread.joinable()) {
+    heartbeat_.thread.join();
   }
 }
 
 void GroupSegment::attach(const core::OpContext& ctx) {
-  if (header_ != nullptr) {
+  if (map_.header != nullptr) {
     return;
   }
   if (rank_ == 0) {
@@ -62,36 +62,33 @@ void GroupSegment::attach(const core::OpContext& ctx) {
   }
   waitAllAttached(ctx);
   // Every rank has it mapped: drop the name so nothing can leak, whatever happens to the processes later.
-  segment_.unlink();
-  lastBeat_.assign(size_t(size_), 0);
-  lastBeatChange_.assign(size_t(size_), std::chrono::steady_clock::now());
-  lastPeerCheck_ = std::chrono::steady_clock::now();
+  map_.segment.unlink();
+  peers_.lastBeat.assign(size_t(size_), 0);
+  peers_.lastBeatChange.assign(size_t(size_), std::chrono::steady_clock::now());
+  peers_.lastCheck = std::chrono::steady_clock::now();
 }
 
 void GroupSegment::createSegment(const core::OpContext& ctx) {
-  segment_ = ShmSegment::create("g", geometry_.totalBytes, options_.shmDir, options_.sweepMinAge);
-  auto* base = static_cast<char*>(segment_.data());
-  header_ = new (base) SegmentHeader();
-  header_->magic = kSegmentMagic;
-  header_->buildId = TUNEDIST_BUILD_ID;
-  header_->version = kProtocolVersion;
-  header_->worldSize = uint32_t(size_);
-  header_->slotBytes = options_.slotBytes;
-  header_->totalBytes = geometry_.totalBytes;
-  ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
+  map_.segment = ShmSegment::create("g", geometry_.totalBytes, options_.shmDir, options_.sweepMinAge);
+  auto* base = static_cast<char*>(map_.segment.data());
+  map_.header = new (base) SegmentHeader();
+  map_.header->magic = kSegmentMagic;
+  map_.header->buildId = TUNEDIST_BUILD_ID;
+  map_.header->version = kProtocolVersion;
+  map_.header->worldSize = uint32_t(size_);
+  map_.header->slotBytes = options_.slotBytes;
+  map_.header->totalBytes = geometry_.totalBytes;
+  map_.ctls = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
   for (int p = 0; p < size_; ++p) {
-    new (&ctls_[p]) RankCtl();
+    new (&map_.ctls[p]) RankCtl();
   }
-  core::ProcessIdentity me = core::ProcessIdentity::self();
-  ctl(rank_).pid = me.pid;
-  ctl(rank_).pidNamespace = me.pidNamespace;
-  ctl(rank_).startTime = me.startTime;
+  publishIdentity();
   startHeartbeat();
   // Publish the initialised header, our identity and our held life lock before anybody can count us in.
-  header_->attached.store(1, std::memory_order_release);
+  map_.header->attached.store(1, std::memory_order_release);
   // Release: abort() on another thread may use the initialised header from now on.
-  abortHeader_.store(header_, std::memory_order_release);
-  rendezvous_->set(kSegmentKey, segment_.name());
+  map_.shared.store(map_.header, std::memory_order_release);
+  rendezvous_->set(kSegmentKey, map_.segment.name());
 }
 
 void GroupSegment::openSegment(const core::OpContext& ctx) {
@@ -111,7 +108,7 @@ void GroupSegment::openSegment(const core::OpContext& ctx) {
     bool notFound = false;
     ShmSegment seg = ShmSegment::open(name, geometry_.totalBytes, &notFound);
     if (seg.valid()) {
-      segment_ = std::move(seg);
+      map_.segment = std::move(seg);
       break;
     }
     // A stale name left in the store by an earlier group under the same prefix: wait for the fresh one.
@@ -121,29 +118,26 @@ void GroupSegment::openSegment(const core::OpContext& ctx) {
              "namespace (containers need --ipc=host)?");
     usleep(10000);
   }
-  auto* base = static_cast<char*>(segment_.data());
-  header_ = reinterpret_cast<SegmentHeader*>(base);
-  TD_CHECK(header_->magic == kSegmentMagic && header_->version == kProtocolVersion, "tunedist: rank ", rank_,
-           ": shared memory ", segment_.name(), " has magic ", std::hex, header_->magic, " version ", std::dec,
-           header_->version, ", expected ", std::hex, kSegmentMagic, std::dec, " version ", kProtocolVersion,
+  auto* base = static_cast<char*>(map_.segment.data());
+  map_.header = reinterpret_cast<SegmentHeader*>(base);
+  TD_CHECK(map_.header->magic == kSegmentMagic && map_.header->version == kProtocolVersion, "tunedist: rank ", rank_,
+           ": shared memory ", map_.segment.name(), " has magic ", std::hex, map_.header->magic, " version ", std::dec,
+           map_.header->version, ", expected ", std::hex, kSegmentMagic, std::dec, " version ", kProtocolVersion,
            ": ranks run different tunedist versions; install the same build everywhere");
-  TD_CHECK(header_->buildId == TUNEDIST_BUILD_ID, "tunedist: rank ", rank_, " runs tunedist build ", std::hex,
-           TUNEDIST_BUILD_ID, " but rank 0 runs build ", header_->buildId, std::dec,
+  TD_CHECK(map_.header->buildId == TUNEDIST_BUILD_ID, "tunedist: rank ", rank_, " runs tunedist build ", std::hex,
+           TUNEDIST_BUILD_ID, " but rank 0 runs build ", map_.header->buildId, std::dec,
            ": install the same build on every rank");
-  TD_CHECK(header_->worldSize == uint32_t(size_) && header_->slotBytes == options_.slotBytes, "tunedist: rank ", rank_,
-           " expects a group of ", size_, " ranks with ", options_.slotBytes, "-byte slots but rank 0 made ",
-           header_->worldSize, " ranks with ", header_->slotBytes,
+  TD_CHECK(map_.header->worldSize == uint32_t(size_) && map_.header->slotBytes == options_.slotBytes, "tunedist: rank ",
+           rank_, " expects a group of ", size_, " ranks with ", options_.slotBytes, "-byte slots but rank 0 made ",
+           map_.header->worldSize, " ranks with ", map_.header->slotBytes,
            "-byte slots: set TUNEDIST_SLOT_BYTES identically on every rank");
-  ctls_ = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
-  core::ProcessIdentity me = core::ProcessIdentity::self();
-  ctl(rank_).pid = me.pid;
-  ctl(rank_).pidNamespace = me.pidNamespace;
-  ctl(rank_).startTime = me.startTime;
+  map_.ctls = reinterpret_cast<RankCtl*>(base + geometry_.ctlOffset);
+  publishIdentity();
   startHeartbeat();
   // Our identity and our held life lock are visible to anyone who sees the incremented count.
-  header_->attached.fetch_add(1, std::memory_order_acq_rel);
+  map_.header->attached.fetch_add(1, std::memory_order_acq_rel);
   // Release: abort() on another thread may use the header from now on.
-  abortHeader_.store(header_, std::memory_order_release);
+  map_.shared.store(map_.header, std::memory_order_release);
 }
 
 void GroupSegment::checkAttachAbort(const core::OpContext& ctx) {
@@ -162,13 +156,13 @@ void GroupSegment::checkAttachAbort(const core::OpContext& ctx) {
 
 void GroupSegment::waitAllAttached(const core::OpContext& ctx) {
   auto lastStoreCheck = std::chrono::steady_clock::now();
-  while (header_->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
+  while (map_.header->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
     if (std::chrono::steady_clock::now() - lastStoreCheck >= kAttachPoll) {
       lastStoreCheck = std::chrono::steady_clock::now();
       checkAttachAbort(ctx);
     }
     // abort() ends this wait like every other: a peer's (through the segment) or ours from another thread.
-    if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
+    if (map_.header->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
       failFromPeerAbort(ctx);
     }
     throwIfFailed();
@@ -188,6 +182,13 @@ void GroupSegment::waitAllAttached(const core::OpContext& ctx) {
   }
 }
 
+void GroupSegment::publishIdentity() {
+  const core::ProcessIdentity me = core::ProcessIdentity::self();
+  ctl(rank_).pid = me.pid;
+  ctl(rank_).pidNamespace = me.pidNamespace;
+  ctl(rank_).startTime = me.startTime;
+}
+
 // Steps 1 of the life lock (sync.h): initialised here, held by the heartbeat thread, which lives as long as this
 // communicator; returns once it is held, so the caller may let peers count this rank in.
 void GroupSegment::startHeartbeat() {
@@ -195,7 +196,7 @@ void GroupSegment::startHeartbeat() {
   core::initLifeLock(life);
   std::promise<void> held;
   std::future<void> isHeld = held.get_future();
-  heartbeat_ = std::thread([this, life, held = std::move(held)]() mutable {
+  heartbeat_.thread = std::thread([this, life, held = std::move(held)]() mutable {
     try {
       core::holdLifeLock(life);
     } catch (...) {
@@ -209,34 +210,34 @@ void GroupSegment::startHeartbeat() {
   try {
     isHeld.get();
   } catch (...) {
-    heartbeat_.join();
+    heartbeat_.thread.join();
     throw;
   }
 }
 
 void GroupSegment::heartbeatLoop() {
-  std::unique_lock<std::mutex> lock(heartbeatMutex_);
-  while (!stopHeartbeat_.load()) {
+  std::unique_lock<std::mutex> lock(heartbeat_.mutex);
+  while (!heartbeat_.stop.load()) {
     // Release: a peer that sees the new count knows this process was alive a moment ago.
     ctl(rank_).heartbeat.fetch_add(1, std::memory_order_release);
-    heartbeatCv_.wait_for(lock, options_.heartbeatPeriod, [this] { return stopHeartbeat_.load(); });
+    heartbeat_.cv.wait_for(lock, options_.heartbeatPeriod, [this] { return heartbeat_.stop.load(); });
   }
 }
 
 void GroupSegment::abort(const std::string& reason, core::FailureKind kind) {
   std::string first;
   {
-    std::lock_guard<std::mutex> lock(failMutex_);
-    if (!failed_.load()) {
-      failure_ = reason;
-      failureKind_ = kind;
-      failed_.store(true, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(failure_.mutex);
+    if (!failure_.failed.load()) {
+      failure_.reason = reason;
+      failure_.kind = kind;
+      failure_.failed.store(true, std::memory_order_release);
     }
-    first = failure_;
-    kind = failureKind_;
+    first = failure_.reason;
+    kind = failure_.kind;
   }
   // Shared even when we failed earlier: a failure from before the segment was attached reaches the peers now.
-  SegmentHeader* header = abortHeader_.load(std::memory_order_acquire);
+  SegmentHeader* header = map_.shared.load(std::memory_order_acquire);
   if (header == nullptr || header->attached.load(std::memory_order_acquire) < uint32_t(size_)) {
     // Peers may still be attaching (or waiting for a segment that will never exist): tell them through the store.
     try {
@@ -266,20 +267,20 @@ void GroupSegment::abort(const std::string& reason, core::FailureKind kind) {
 }
 
 void GroupSegment::throwIfFailed() {
-  if (!failed_.load(std::memory_order_acquire)) {
+  if (!failure_.failed.load(std::memory_order_acquire)) {
     return;
   }
-  std::lock_guard<std::mutex> lock(failMutex_);
-  core::throwFailure(failureKind_,
+  std::lock_guard<std::mutex> lock(failure_.mutex);
+  core::throwFailure(failure_.kind,
                      core::detail::str("tunedist: rank ", rank_,
-                                       ": the process group is unusable after an earlier failure: ", failure_,
+                                       ": the process group is unusable after an earlier failure: ", failure_.reason,
                                        " Destroy the group (dist.destroy_process_group) and create a new one, or let "
                                        "torchrun --max-restarts restart the job."));
 }
 
 void GroupSegment::failFromPeerAbort(const core::OpContext& ctx) {
-  const auto kind = static_cast<core::FailureKind>(header_->abortKind);
-  fail(ctx, core::detail::str("rank ", header_->abortRank, " aborted the group: ", header_->abortReason),
+  const auto kind = static_cast<core::FailureKind>(map_.header->abortKind);
+  fail(ctx, core::detail::str("rank ", map_.header->abortRank, " aborted the group: ", map_.header->abortReason),
        kind == core::FailureKind::kTimeout, kind == core::FailureKind::kPeerDead);
 }
 
@@ -294,7 +295,7 @@ void GroupSegment::fail(const core::OpContext& ctx, const std::string& message, 
 
 void GroupSegment::checkPeers(const core::OpContext& ctx, uint64_t step, int stepInOp,
                               const std::vector<int>& waitingFor) {
-  if (header_->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
+  if (map_.header->abortFlag.load(std::memory_order_acquire) == kAbortSet) {
     // A peer may have failed in a later operation after the ranks we wait for published (we read their steps
     // before the flag): this operation can still complete, and the next wait for that peer fails.
     for (int p : waitingFor) {
@@ -316,23 +317,23 @@ void GroupSegment::checkPeers(const core::OpContext& ctx, uint64_t step, int ste
                            "collectives in the same order, or raise the timeout (init_process_group(timeout=...))."),
          true, false);
   }
-  if (now - lastPeerCheck_ < kPeerCheckInterval) {
+  if (now - peers_.lastCheck < kPeerCheckInterval) {
     return;
   }
-  lastPeerCheck_ = now;
+  peers_.lastCheck = now;
   for (int p : waitingFor) {
     const RankCtl& c = ctl(p);
     uint64_t beat = c.heartbeat.load(std::memory_order_acquire);
-    if (beat != lastBeat_[p]) {
-      lastBeat_[p] = beat;
-      lastBeatChange_[p] = now;
+    if (beat != peers_.lastBeat[p]) {
+      peers_.lastBeat[p] = beat;
+      peers_.lastBeatChange[p] = now;
     }
     // The life lock knows exactly (a stopped or frozen process still holds it); the heartbeat counts only where the
     // lock cannot tell, as a last resort.
     const core::Liveness life = core::probeLifeLock(&ctl(p).life);
     core::ProcessIdentity who{c.pid, c.pidNamespace, c.startTime};
     const bool exited = life == core::Liveness::kGone || core::processCertainlyGone(who);
-    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastBeatChange_[p]);
+    auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - peers_.lastBeatChange[p]);
     // Read after the probe: a peer that published this step and then left the group (its lock free) is not dead
     // to this wait; the probe's acquire of its released lock makes that publish visible here.
     if (!reached(p, step) && (exited || (life == core::Liveness::kUnknown && silent > options_.deadAfter))) {

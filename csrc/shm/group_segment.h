@@ -47,14 +47,14 @@ class GroupSegment {
   int size() const { return size_; }
   const core::ShmOptions& options() const { return options_; }
   size_t reservedBytes() const { return geometry_.totalBytes; }
-  bool attached() const { return header_ != nullptr; }
+  bool attached() const { return map_.header != nullptr; }
   // Creates or opens the segment at the group's first operation; a no-op afterwards.
   void attach(const core::OpContext& ctx);
 
-  SegmentHeader& header() const { return *header_; }
-  RankCtl& ctl(int rank) const { return ctls_[rank]; }
+  SegmentHeader& header() const { return *map_.header; }
+  RankCtl& ctl(int rank) const { return map_.ctls[rank]; }
   char* slot(int rank, int buffer) const {
-    return reinterpret_cast<char*>(header_) + geometry_.slotOffset(rank, buffer);
+    return reinterpret_cast<char*>(map_.header) + geometry_.slotOffset(rank, buffer);
   }
   // Rank `rank`'s HeapTable in `header`'s segment.
   HeapTable& heapTable(const SegmentHeader* header, int rank) const {
@@ -62,7 +62,7 @@ class GroupSegment {
                                         geometry_.heapOffset)[rank];
   }
   // The header once initialised, for any thread (abort() may run on a watchdog's); null before.
-  SegmentHeader* sharedHeader() const { return abortHeader_.load(std::memory_order_acquire); }
+  SegmentHeader* sharedHeader() const { return map_.shared.load(std::memory_order_acquire); }
   void setListener(GroupListener* listener) { listener_ = listener; }
   GroupListener* listener() const { return listener_; }
 
@@ -75,7 +75,7 @@ class GroupSegment {
   void abort(const std::string& reason, core::FailureKind kind = core::FailureKind::kError);
   // Throws the stored failure if the group has failed (locally or through a peer's abort).
   void throwIfFailed();
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const { return failure_.failed.load(std::memory_order_acquire); }
   [[noreturn]] void fail(const core::OpContext& ctx, const std::string& message, bool isTimeout, bool isDead);
   // Fails this op with a peer's abort found in the segment, keeping the kind the peer gave it.
   [[noreturn]] void failFromPeerAbort(const core::OpContext& ctx);
@@ -86,6 +86,8 @@ class GroupSegment {
   void waitAllAttached(const core::OpContext& ctx);
   // Fails if a peer left an abort reason in the rendezvous before the segment was ready.
   void checkAttachAbort(const core::OpContext& ctx);
+  // Writes this process's identity (pid, pid namespace, start time) into our RankCtl, for the peers' liveness checks.
+  void publishIdentity();
   void startHeartbeat();
   void heartbeatLoop();
   // Whether `rank` has published `step` (acquire: its writes for that step are visible once this is true).
@@ -98,26 +100,38 @@ class GroupSegment {
   const SegmentGeometry geometry_;
   GroupListener* listener_ = nullptr;
 
-  ShmSegment segment_;
-  SegmentHeader* header_ = nullptr;
-  RankCtl* ctls_ = nullptr;
-  // header_ for abort(), which may run on another thread (a watchdog): set once the header is initialised.
-  std::atomic<SegmentHeader*> abortHeader_{nullptr};
-
-  // Liveness bookkeeping: last heartbeat value seen per peer and when it last moved.
-  std::vector<uint64_t> lastBeat_;
-  std::vector<std::chrono::steady_clock::time_point> lastBeatChange_;
-  std::chrono::steady_clock::time_point lastPeerCheck_;
-
-  std::atomic<bool> failed_{false};
-  std::mutex failMutex_;
-  std::string failure_;
-  core::FailureKind failureKind_ = core::FailureKind::kError;
-
-  std::atomic<bool> stopHeartbeat_{false};
-  std::mutex heartbeatMutex_;
-  std::condition_variable heartbeatCv_;
-  std::thread heartbeat_;
+  // The segment, and where its header and RankCtl array sit once this rank has attached.
+  struct Mapping {
+    ShmSegment segment;
+    SegmentHeader* header = nullptr;
+    RankCtl* ctls = nullptr;
+    // The header for abort(), which may run on another thread (a watchdog): set once the header is initialised.
+    std::atomic<SegmentHeader*> shared{nullptr};
+  };
+  // What this rank's waits have seen of the peers: each one's last heartbeat value and when it last moved.
+  struct PeerWatch {
+    std::vector<uint64_t> lastBeat;
+    std::vector<std::chrono::steady_clock::time_point> lastBeatChange;
+    std::chrono::steady_clock::time_point lastCheck;
+  };
+  // The group's first failure, local or a peer's; `failed` is read without the mutex.
+  struct Failure {
+    std::atomic<bool> failed{false};
+    std::mutex mutex;
+    std::string reason;
+    core::FailureKind kind = core::FailureKind::kError;
+  };
+  // The thread that holds this rank's life lock and counts its heartbeat until stopped.
+  struct Heartbeat {
+    std::atomic<bool> stop{false};
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::thread thread;
+  };
+  Mapping map_;
+  PeerWatch peers_;
+  Failure failure_;
+  Heartbeat heartbeat_;
 };
 
 }  // namespace tunedist::shm

@@ -1,16 +1,16 @@
 // RoundStoreChooser: slot stores for every collective (all_reduce one-shot and two-shot, all_gather, reduce_scatter,
 // broadcast, reduce, gather, scatter, all_to_all), of one round or of many, chosen from what the whole operation costs
 // rather than from the writer's copy alone. The writer's copy alone is the wrong measure for operations of many
-// rounds: on 2 ranks of a 2-vCPU AMD EPYC (AVX2), in the jobs where the vCPUs sat far apart, a per-copy chooser kept
-// them cached at 1.6-3x the streaming time at 1-64 MiB, while the writer's copy never looked slow enough to switch
-// (docs/performance.md#store-placement-cached-or-streaming).
+// rounds: on 2 ranks of a 2-vCPU AMD EPYC (AVX2), in the jobs where the vCPUs sat far apart, a chooser that timed
+// only the copy into the slot kept them cached at 1.6-3x the streaming time at 1-64 MiB, while the writer's copy
+// never looked slow enough to switch (docs/performance.md#store-placement-cached-or-streaming).
 //
-// SlotStoreChooser (copy_in.h) times only the copy into our slot. What streaming stores also change is how the peers
-// read those bytes: from memory instead of out of our cache. In a broadcast that alone decided
-// (core::ShmOptions::broadcastStreamBelowBytes), and for the single-round operations the writer's copy was the wrong
-// measure too: on 2 ranks of a 2-vCPU AMD EPYC (Zen 4), streaming took 0.72-0.93 of the per-copy chooser's time for a
-// one-shot all_reduce of 32-128 KiB in one sitting, 0.80-0.86 for reduce_scatter of 64-256 KiB in another, while in
-// a third cached stores were as fast or 1.5x faster (docs/performance.md#store-placement-cached-or-streaming).
+// What streaming stores also change is how the peers read those bytes: from memory instead of out of our cache. In a
+// broadcast that alone decided (core::ShmOptions::broadcastStreamBelowBytes), and for the single-round operations the
+// writer's copy was the wrong measure too: on 2 ranks of a 2-vCPU AMD EPYC (Zen 4), streaming took 0.72-0.93 of the
+// time of a chooser that timed the writer's copy alone for a one-shot all_reduce of 32-128 KiB in one sitting,
+// 0.80-0.86 for reduce_scatter of 64-256 KiB in another, while in a third cached stores were as fast or 1.5x faster
+// (docs/performance.md#store-placement-cached-or-streaming).
 //
 // So each rank times its own work in the operation (its copies and its reduction: the time outside waitAll, which
 // would add the peers' skew) per byte, in both modes. The probes are a fixed function of how many operations of the
@@ -25,8 +25,8 @@
 // operations (the slots' pages fault in), then a probe window of kProbeBlocks blocks of kBlockOps operations
 // (cached, streaming, streaming, cached: a linear drift of the host hits both modes alike), the first kSettleOps of
 // each block untimed (each of the two slot buffers meets the new mode once: the first cached write after a
-// streaming one must take its lines back from the peer: shm/copy_in.h). The operation after the window closes it; the
-// one after that decides: the mode whose slowest rank has the lower median cost per byte is kept (back to back, an
+// streaming one must take its lines back from the peer: shm/store_policy.h). The operation after the window closes it;
+// the one after that decides: the mode whose slowest rank has the lower median cost per byte is kept (back to back, an
 // operation starts no sooner than its busiest rank ends the previous one; a broadcast's root and readers do different
 // work, and on 2 ranks of the Zen 4 EPYC at 64 KiB the root took 0.115 / 0.051 ns per byte cached / streaming and the
 // reader 0.032 / 0.086: equal sums, while streaming ran the loop 1.35x faster), unless it is the other one by
@@ -80,7 +80,7 @@ class RoundStoreChooser {
   };
 
   // How to write the slot in the next operation, whose rank writes `bytes` into its slot (operations under
-  // kMinBytes are cached and untimed, as SlotStoreChooser leaves them). A verdict still due in the class (see
+  // kMinBytes are cached and untimed). A verdict still due in the class (see
   // decide()) is taken from this rank's medians alone.
   Plan next(size_t bytes);
   // Whether the class's last window closed at an earlier operation and waits for decide(): call it before next()

@@ -4,13 +4,13 @@
 
 namespace tunedist::shm {
 
-StorePolicy::StorePolicy(const core::ShmOptions& options) : mode_(options.slotStores), slotCopy_(options.slotStores) {
+StorePolicy::StorePolicy(const core::ShmOptions& options) : mode_(options.slotStores) {
   choosers_[kBroadcast] = RoundStoreChooser(options.broadcastStreamBelowBytes);
 }
 
 StorePolicy::Scope::Scope(StorePolicy& policy, Family family, size_t bytes, const Site& site)
     : policy_(policy), site_(site) {
-  // Under kMinBytes the chooser has nothing to time: the caller's own stores apply (SlotCopyIn's are cached there).
+  // Under kMinBytes the chooser has nothing to time: the copies are cached (Scope::copyIn), or as forced.
   if (site.size <= 1 || policy.mode_ != core::SlotStores::kAuto || bytes < RoundStoreChooser::kMinBytes) {
     return;
   }

@@ -1,8 +1,14 @@
 // StorePolicy: how a rank copies data into its own slot, cached or streaming stores, for every collective. Each
 // collective family has a RoundStoreChooser (shm/round_stores.h) that picks its stores from the whole operation's cost,
-// of one round or of many; all_reduce one-shot and two-shot apart (different work per byte). Copies outside a Scope
-// (a group of one, operations under RoundStoreChooser::kMinBytes, forced stores, TUNEDIST_SLOT_STORES=per-copy) go
-// through SlotCopyIn (shm/copy_in.h).
+// of one round or of many; all_reduce one-shot and two-shot apart (different work per byte). Outside a chooser's
+// Scope (a group of one, operations under RoundStoreChooser::kMinBytes, stores forced by TUNEDIST_SLOT_STORES) the
+// copies are cached, or streaming when forced.
+//
+// Why the choice: a cached copy (memcpy) leaves the lines in our cache, where a peer on a nearby core fetches them
+// fastest, but every line of a slot was read by a peer an operation or two ago, so our stores must first take it back
+// from the peer's cache. Where the two vCPUs sit far apart in the coherence fabric that costs 27-36 ns a line instead
+// of 7-9, and streaming stores, which write to memory without taking the line back, make the hand-off 3-5x faster;
+// where they sit close, streaming is the slower (docs/performance.md#store-placement-cached-or-streaming).
 //
 // The round protocol (shm/rounds.h) owns one StorePolicy and opens a Scope per operation; the algorithms copy into
 // their slot through the Scope and never see families, verdicts or streaming flags.
@@ -13,7 +19,6 @@
 
 #include "core/options.h"
 #include "kernels/reduce.h"
-#include "shm/copy_in.h"
 #include "shm/layout.h"
 #include "shm/round_stores.h"
 
@@ -62,34 +67,36 @@ class StorePolicy {
     // Whether the chooser picks this operation's stores.
     bool active() const { return policy_.streaming_ >= 0; }
 
-    // Copies into our own slot, which peers read next.
+    // Copies into our own slot, which peers read next; streaming copies end with an sfence, so the caller's release
+    // store (publish) orders them.
     void copyIn(void* dst, const void* src, size_t n) {
-      if (policy_.streaming_ < 0) {
-        policy_.slotCopy_.copy(dst, src, n);
-      } else if (policy_.streaming_ > 0) {
+      if (streaming()) {
         kernels::copyBytes(dst, src, n);
       } else {
         kernels::copyBytesCached(dst, src, n);
       }
     }
     // copyIn(dst, src, n) plus our own output block `own` (an all_gather's; streaming stores when `streamOwn`), in one
-    // pass over src where the slot's stores allow (SlotCopyIn::copyTwice; an active Scope fixes them). Returns whether
-    // `own` was copied (not when the per-copy chooser times the slot's copy: the caller copies it after publishing).
-    // No overlaps.
-    bool copyInAndOwn(void* dst, void* own, const void* src, size_t n, bool streamOwn) {
-      if (policy_.streaming_ < 0) {
-        return policy_.slotCopy_.copyTwice(dst, own, src, n, streamOwn);
-      }
-      kernels::copyBytesTwice(dst, own, src, n, policy_.streaming_ > 0, streamOwn);
-      return true;
+    // pass over src (copyBytesTwice). No overlaps.
+    void copyInAndOwn(void* dst, void* own, const void* src, size_t n, bool streamOwn) {
+      kernels::copyBytesTwice(dst, own, src, n, streaming(), streamOwn);
     }
     // Streaming stores unless TUNEDIST_SLOT_STORES forces cached ones: for a slot that only the peers read, where the
     // caller knows streaming is the faster (core::ShmOptions::broadcastStreamBelowBytes).
     void copyInStreaming(void* dst, const void* src, size_t n) {
-      policy_.slotCopy_.copyStreamingUnlessForced(dst, src, n);
+      if (policy_.mode_ == core::SlotStores::kCached) {
+        kernels::copyBytesCached(dst, src, n);
+      } else {
+        kernels::copyBytes(dst, src, n);
+      }
     }
 
    private:
+    // The chooser's stores while it picks them; else the forced ones (kAuto outside a Scope: cached).
+    bool streaming() const {
+      return policy_.streaming_ >= 0 ? policy_.streaming_ > 0 : policy_.mode_ == core::SlotStores::kStreaming;
+    }
+
     StorePolicy& policy_;
     const Site site_;
     // The family's chooser and the operation's class while the chooser picks the stores; chooser_ while it times.
@@ -105,7 +112,6 @@ class StorePolicy {
   const RoundStoreChooser& chooser(Family family) const { return choosers_[family]; }
   // Only from the thread that runs this rank's operations, between them.
   RoundStoreChooser& chooser(Family family) { return choosers_[family]; }
-  const SlotCopyIn& slotCopyIn() const { return slotCopy_; }
 
   // While a Scope times its operation, the round protocol reports the time it spent waiting for peers.
   bool timingWaits() const { return timingWaits_; }
@@ -113,11 +119,10 @@ class StorePolicy {
 
  private:
   const core::SlotStores mode_;
-  SlotCopyIn slotCopy_;
   // A broadcast's classes under broadcastStreamBelowBytes start streaming (ShmOptions).
   RoundStoreChooser choosers_[kRoundFamilies];
   static_assert(kAlltoall + 1 == kRoundFamilies, "one RoundVerdict per family in RankCtl");
-  // While a Scope is open: its stores (0 cached, 1 streaming; -1: slotCopy_ decides), and while it times the
+  // While a Scope is open: its stores (0 cached, 1 streaming; -1: mode_ decides), and while it times the
   // operation, the time spent waiting for peers.
   int streaming_ = -1;
   bool timingWaits_ = false;

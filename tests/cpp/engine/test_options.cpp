@@ -1,5 +1,5 @@
 // The size-dependent tunables: the one-shot limit per dtype and the cross-host pipeline chunk, their environment
-// overrides and their bounds.
+// overrides and their bounds; the slot stores' environment override.
 #include <catch2/catch.hpp>
 
 #include "core/options.h"
@@ -102,6 +102,28 @@ TEST_CASE("TUNEDIST_CROSS_HOST_CHUNK_BYTES fixes the chunk and is checked", "[op
     ScopedEnv env("TUNEDIST_CROSS_HOST_CHUNK_BYTES", "100");
     CHECK_THROWS_WITH(core::CrossHostOptions::fromEnv(),
                       Catch::Contains("TUNEDIST_CROSS_HOST_CHUNK_BYTES") && Catch::Contains("at least 4096"));
+  }
+}
+
+TEST_CASE("TUNEDIST_SLOT_STORES forces the slot stores, and a bad value names the variable", "[options]") {
+  using core::SlotStores;
+  CHECK(core::ShmOptions{}.slotStores == SlotStores::kAuto);
+  {
+    ScopedEnv env("TUNEDIST_SLOT_STORES", "streaming");
+    CHECK(core::ShmOptions::fromEnv().slotStores == SlotStores::kStreaming);
+  }
+  {
+    ScopedEnv env("TUNEDIST_SLOT_STORES", "cached");
+    CHECK(core::ShmOptions::fromEnv().slotStores == SlotStores::kCached);
+  }
+  {
+    ScopedEnv env("TUNEDIST_SLOT_STORES", "auto");
+    CHECK(core::ShmOptions::fromEnv().slotStores == SlotStores::kAuto);
+  }
+  for (const char* bad : {"fast", "per-copy"}) {
+    ScopedEnv env("TUNEDIST_SLOT_STORES", bad);
+    CHECK_THROWS_WITH(core::ShmOptions::fromEnv(), Catch::Contains("TUNEDIST_SLOT_STORES") && Catch::Contains(bad) &&
+                                                       Catch::Contains("auto, cached or streaming"));
   }
 }
 

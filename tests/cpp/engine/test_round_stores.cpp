@@ -309,10 +309,9 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
   // One round: every operation fits a slot, all_reduce is one-shot. Many: 8 KiB slots, so 16 KiB takes two rounds
   // of all_gather and broadcast, several of reduce_scatter, and all_reduce runs two-shot.
   const bool manyRounds = GENERATE(false, true);
-  // A rank forced to a mode, or choosing per copy, uses no round chooser; the auto ranks' choosers still probe on the
-  // same operations.
+  // A rank forced to a mode uses no round chooser; the auto ranks' choosers still probe on the same operations.
   const core::SlotStores rank1 = GENERATE(core::SlotStores::kAuto, core::SlotStores::kStreaming,
-                                          core::SlotStores::kAutoPerCopy);
+                                          core::SlotStores::kCached);
   INFO("world size " << size << ", rank 1's slot stores " << int(rank1) << (manyRounds ? ", many rounds" : ""));
   ShmLeakCheck leaks;
   ShmOptions base;
@@ -463,10 +462,6 @@ TEST_CASE("round stores: real groups time their operations, of one round or many
             failCheck("rank ", r, " with slot stores ", int(o.slotStores), " ran the round chooser of family ",
                       int(family));
           }
-        }
-        // Choosing per copy, it timed its copies into the slot instead.
-        if (o.slotStores == core::SlotStores::kAutoPerCopy && p.comm.slotCopyIn().chooser().samples() == 0) {
-          failCheck("rank ", r, " chose per copy without timing a copy");
         }
       }
     });
