@@ -42,9 +42,19 @@ class AbortHooks {
     run(rank);
   }
 
-  // When an operation failed: runs the hooks unless the group is being aborted.
-  void runForFailure(int rank) const {
-    if (!aborting_.load()) {
+  // The group's current membership; reconfigure starts a new one (newMembership).
+  uint64_t membership() const { return membership_.load(); }
+  // Before a reconfigure switches members: the group runs again, so its failures run the hooks again, but not the
+  // failures of the old membership, which the switch itself brings about.
+  void newMembership() {
+    membership_.fetch_add(1);
+    aborting_.store(false);
+  }
+
+  // When an operation of `membership` failed: runs the hooks unless the group is being aborted or has moved on to
+  // other members.
+  void runForFailure(int rank, uint64_t membership) const {
+    if (!aborting_.load() && membership == membership_.load()) {
       run(rank);
     }
   }
@@ -69,6 +79,7 @@ class AbortHooks {
 
   mutable std::mutex mutex_;
   std::atomic<bool> aborting_{false};
+  std::atomic<uint64_t> membership_{0};
   std::map<int64_t, c10d::AbortHook> hooks_;
 };
 

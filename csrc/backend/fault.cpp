@@ -26,6 +26,7 @@ constexpr int kShrinkAbort = 0x01;
 
 c10::intrusive_ptr<c10d::Backend> TunedBackend::shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
                                                        const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+  requireMembers("shrink");
   std::vector<int64_t> excluded(ranksToExclude);
   std::sort(excluded.begin(), excluded.end());
   TORCH_CHECK(!excluded.empty(), "tunedist: shrink on rank ", rank_, ": no rank to exclude");
@@ -43,6 +44,7 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::shrink(const std::vector<int64_t
               ": the process group was shut down or aborted");
 
   Options child{cpu_->options(), onNcclCreated_};
+  child.stableRank = stableRank_;
   if (optsOverride && optsOverride->timeout.count() > 0) {
     child.cpu.timeout = optsOverride->timeout;
   }

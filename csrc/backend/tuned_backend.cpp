@@ -4,8 +4,10 @@
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "tunedist/tunedist.h"
@@ -31,8 +33,11 @@ std::string versionString() {
 c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                        std::chrono::milliseconds timeout,
                                                        cuda::NcclSide::CreatedHook onNcclCreated,
-                                                       engine::hier::GlooFactory glooFactory) {
+                                                       engine::hier::GlooFactory glooFactory, bool enableReconfigure,
+                                                       int64_t stableRank) {
   Options options;
+  options.enableReconfigure = enableReconfigure;
+  options.stableRank = stableRank;
   if (timeout.count() > 0) {
     options.cpu.timeout = timeout;
   }
@@ -41,13 +46,35 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<
   return c10::make_intrusive<TunedBackend>(store, rank, size, std::move(options));
 }
 
+namespace {
+
+uint64_t randomInstanceId() {
+  std::random_device device;
+  return (uint64_t(device()) << 32) ^ uint64_t(device());
+}
+
+}  // namespace
+
+// In the reconfigure regime the CPU side until the first reconfigure is a placeholder over a store of its own: it
+// keeps the group's settings (timeout, hooks) but takes no part in anything, since every operation is refused.
 TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options)
     : c10d::Backend(rank, size),
       onNcclCreated_(options.onNcclCreated),
-      store_(store),
-      cpu_(c10::make_intrusive<cpu::CpuBackend>(store, rank, size, std::move(options.cpu))),
-      nccl_(store, rank, size, cuda::NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_}) {
-  cpu_->setFailureCallback([hooks = abortHooks_, rank] { hooks->runForFailure(rank); });
+      groupStore_(store),
+      store_(options.enableReconfigure ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>())
+                                       : store),
+      awaitingMembers_(options.enableReconfigure),
+      stableRank_(options.stableRank >= 0 ? options.stableRank : rank),
+      instanceId_(randomInstanceId()),
+      cpu_(c10::make_intrusive<cpu::CpuBackend>(store_, rank, size, std::move(options.cpu))),
+      nccl_(store_, rank, size, cuda::NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_}) {
+#ifndef C10D_BACKEND_HAS_RECONFIGURE
+  TORCH_CHECK(!options.enableReconfigure, "tunedist: rank ", rank, ": enable_reconfigure needs a torch whose c10d ",
+              "has reconfigure (2.15 or later)");
+#endif
+  cpu_->setFailureCallback([hooks = abortHooks_, rank, membership = abortHooks_->membership()] {
+    hooks->runForFailure(rank, membership);
+  });
 }
 
 TunedBackend::~TunedBackend() { shutdown(); }
@@ -250,9 +277,11 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::split(const c10::intrusive_ptr<c
     TORCH_CHECK(r >= 0 && r < size_, "tunedist: split on rank ", rank_, ": rank ", r, " is not in the parent group of ",
                 size_, " ranks");
   }
+  requireMembers("split");
   TORCH_CHECK(!cpu_->isShutDown(), "tunedist: split on rank ", rank_,
               ": the parent process group was shut down or aborted");
   Options child{cpu_->options(), onNcclCreated_};
+  child.stableRank = stableRank_;
   if (opts && opts->timeout.count() > 0) {
     child.cpu.timeout = opts->timeout;
   }
@@ -271,6 +300,7 @@ void TunedBackend::setGroupUid(const std::string& pgUid) {
 }
 
 at::Tensor TunedBackend::allocateTensor(long size, at::TensorOptions options) {
+  requireMembers("allocate_tensor");
   TORCH_CHECK(!options.has_device() || options.device().is_cpu(), "tunedist: allocate_tensor on rank ", rank_,
               ": `tuned` allocates symmetric buffers for CPU tensors only, got device ", options.device(),
               " (supports_tensor_alloc is False for CUDA devices: FSDP2 then allocates with torch.empty)");

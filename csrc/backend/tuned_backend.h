@@ -3,13 +3,16 @@
 //   CPU tensors   -> CpuBackend (backend/cpu/): shared memory among the ranks of a host, gloo between hosts.
 //   CUDA tensors  -> NcclSide (backend/cuda/): torch's own ProcessGroupNCCL, created at the first CUDA call.
 // A call that mixes CPU and CUDA tensors is refused (and, for a collective, fails the CPU group so the peers do not
-// wait for this rank). The router also keeps what spans both sides: coalescing blocks, timeouts, abort, split.
+// wait for this rank). The router also keeps what spans both sides: coalescing blocks, timeouts, abort, split,
+// and the group's membership, which reconfigure (reconfigure.cpp) replaces with a new set of processes.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,12 +31,19 @@ class TunedBackend : public c10d::Backend {
     cpu::CpuBackend::Options cpu;
     // Called when the NCCL side is created (the Python module logs NCCL's settings there).
     cuda::NcclSide::CreatedHook onNcclCreated;
+    // init_process_group(enable_reconfigure=True): the group has no members until reconfigure() names them, and
+    // every operation before that is refused.
+    bool enableReconfigure = false;
+    // This process's rank in the group it joined first (its global rank), kept through shrink and reconfigure and
+    // carried in its reconfigure handle; -1: the rank given at creation.
+    int64_t stableRank = -1;
   };
 
   static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                   std::chrono::milliseconds timeout,
                                                   cuda::NcclSide::CreatedHook onNcclCreated = {},
-                                                  engine::hier::GlooFactory glooFactory = nullptr);
+                                                  engine::hier::GlooFactory glooFactory = nullptr,
+                                                  bool enableReconfigure = false, int64_t stableRank = -1);
 
   TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
   ~TunedBackend() override;
@@ -94,6 +104,7 @@ class TunedBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   // A host-side operation with no tensors: always the CPU side's.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override {
+    requireMembers("monitored_barrier");
     cpu_->monitoredBarrier(opts, waitAllRanks);
   }
 
@@ -146,6 +157,15 @@ class TunedBackend : public c10d::Backend {
   bool supportsAbortHooks() const override { return true; }
   void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
   void unregisterAbortHook(int64_t hookId) override;
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  // Reconfigure (reconfigure.cpp), as torch defines it for gloo: each process hands out its handle
+  // ("tuned:<rank>:<uuid>:<stable rank>:<instance>:<store address>"), the handles are exchanged out of band, and
+  // every member calls reconfigure with all of them and the same fresh uuid; the group then runs on those members
+  // (ranks by position in a list; by stable rank in a set), rebuilt from nothing under the uuid's store prefix.
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#endif
 
   // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
   cpu::CpuBackend& cpu() { return *cpu_; }
@@ -158,6 +178,7 @@ class TunedBackend : public c10d::Backend {
   // (collectives) the refusal also fails the CPU group.
   template <typename... Tensors>
   c10d::Backend& route(const char* op, bool failGroup, const Tensors&... tensors) {
+    requireMembers(op);
     cuda::DeviceScan scan;
     (scan.add(tensors), ...);
     return scan.cuda ? cudaSide(op, scan, failGroup) : *cpu_;
@@ -167,12 +188,35 @@ class TunedBackend : public c10d::Backend {
     return route(op, true, tensors...);
   }
   c10d::Backend& cudaSide(const char* op, const cuda::DeviceScan& scan, bool failGroup);
+  // Refuses `op` while the group waits for its first reconfigure (enable_reconfigure=True), naming op and rank.
+  void requireMembers(const char* op) const {
+    if (awaitingMembers_.load(std::memory_order_relaxed)) {
+      refuseBeforeReconfigure(op);
+    }
+  }
+  [[noreturn]] void refuseBeforeReconfigure(const char* op) const;
+  // The CPU side of a new membership: re-registers the group's hooks and uid on it (reconfigure.cpp).
+  void adoptCpuSide(c10::intrusive_ptr<cpu::CpuBackend> cpu);
 
   const cuda::NcclSide::CreatedHook onNcclCreated_;
-  const c10::intrusive_ptr<c10d::Store> store_;
+  // The store the group was created with; each reconfigure's members meet under a prefix of it.
+  const c10::intrusive_ptr<c10d::Store> groupStore_;
+  // The current membership's store: groupStore_, or the last reconfigure's prefix of it (shrink builds on it).
+  c10::intrusive_ptr<c10d::Store> store_;
   // Shared with the CPU side's failure callback, which may run after this object is gone.
   const std::shared_ptr<AbortHooks> abortHooks_ = std::make_shared<AbortHooks>();
   std::atomic<uint64_t> shrinks_{0};  // shrink() calls so far: each new group's store prefix carries its number
+  // Reconfigure state (reconfigure.cpp), under reconfigureMutex_ but for the flag read by every operation.
+  std::atomic<bool> awaitingMembers_{false};
+  mutable std::mutex reconfigureMutex_;
+  int64_t stableRank_;
+  int64_t uuid_ = -1;               // the uuid of the current membership; -1 before the first reconfigure
+  std::vector<int64_t> usedUuids_;  // every uuid this process tried: none is used twice
+  const uint64_t instanceId_;       // random: tells apart two processes that would have the same handle
+  std::shared_ptr<std::function<void(std::shared_ptr<c10d::WorkInfo>)>> infoHook_;  // re-registered on a new CPU side
+#ifdef C10D_BACKEND_HAS_HOOKS
+  std::map<int64_t, std::shared_ptr<c10d::CompletionHook>> completionHooks_;
+#endif
   c10::intrusive_ptr<cpu::CpuBackend> cpu_;
   cuda::NcclSide nccl_;
   std::mutex mutex_;

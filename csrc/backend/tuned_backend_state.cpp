@@ -29,6 +29,10 @@ c10d::ErrorType TunedBackend::getError() {
 void TunedBackend::registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) {
   // One hook for both sides: shared, so the callable (a Python function torch wraps) is never copied.
   auto shared = std::make_shared<std::function<void(std::shared_ptr<c10d::WorkInfo>)>>(std::move(hook));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    infoHook_ = shared;  // for the CPU side of a new membership (reconfigure)
+  }
   cpu_->registerOnCompletionHook([shared](std::shared_ptr<c10d::WorkInfo> info) { (*shared)(std::move(info)); });
   const int rank = rank_;
   nccl_.whenCreated([shared, rank](c10d::Backend& nccl) {
@@ -54,6 +58,10 @@ void TunedBackend::registerCompletionHook(int64_t hookId, c10d::CompletionHook h
   TORCH_CHECK(supportsCompletionHooks(), "tunedist: registerCompletionHook on rank ", rank_,
               ": this group's NCCL side does not report completions (supportsCompletionHooks() is false)");
   auto shared = std::make_shared<c10d::CompletionHook>(std::move(hook));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completionHooks_[hookId] = shared;  // for the CPU side of a new membership (reconfigure)
+  }
   cpu_->registerCompletionHook(hookId, [shared](const c10d::CompletionHookArgs& args) { (*shared)(args); });
   if (auto nccl = nccl_.existing()) {
     nccl->registerCompletionHook(hookId, [shared](const c10d::CompletionHookArgs& args) { (*shared)(args); });
@@ -61,6 +69,10 @@ void TunedBackend::registerCompletionHook(int64_t hookId, c10d::CompletionHook h
 }
 
 void TunedBackend::unregisterCompletionHook(int64_t hookId) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completionHooks_.erase(hookId);
+  }
   cpu_->unregisterCompletionHook(hookId);
   if (auto nccl = nccl_.existing(); nccl && nccl->supportsCompletionHooks()) {
     nccl->unregisterCompletionHook(hookId);

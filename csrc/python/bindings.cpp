@@ -69,12 +69,14 @@ tunedist::engine::hier::GlooFactory wrapGlooFactory(const py::object& callable) 
 
 c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                      const std::chrono::duration<float>& timeout,
-                                                     const py::object& onNcclCreated, const py::object& glooFactory) {
+                                                     const py::object& onNcclCreated, const py::object& glooFactory,
+                                                     bool enableReconfigure, int64_t stableRank) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   auto hook = ncclCreatedHook(onNcclCreated);
   tunedist::engine::hier::GlooFactory factory = wrapGlooFactory(glooFactory);
   py::gil_scoped_release release;
-  return tunedist::TunedBackend::create(store, rank, size, ms, std::move(hook), std::move(factory));
+  return tunedist::TunedBackend::create(store, rank, size, ms, std::move(hook), std::move(factory), enableReconfigure,
+                                        stableRank);
 }
 
 tunedist::TunedBackend& tunedBackend(const c10::intrusive_ptr<c10d::Backend>& backend, const char* what) {
@@ -182,6 +184,7 @@ void bindModule(py::module& m) {
   m.doc() = "tunedist native module";
   m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
         py::arg("on_nccl_created") = py::none(), py::arg("gloo_factory") = py::none(),
+        py::arg("enable_reconfigure") = false, py::arg("stable_rank") = -1,
         "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
   // The Python type of the backend objects torch hands out (pg._get_backend(...)). torch's new_group, on a parent
   // with a bound device whose backend supports splitting, has the ranks left out of the new group call

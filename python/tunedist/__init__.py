@@ -105,10 +105,20 @@ def _on_nccl_created(rank: int, size: int) -> None:
         _log.warning("tunedist: could not describe the NCCL settings: %s", exc)
 
 
-def _create_backend(store, rank: int, size: int, timeout: timedelta):
-    """The creator torch calls for every group (and sub-group) that maps a device to ``tuned``."""
+def _create_backend(opts, backend_options=None):
+    """The creator torch calls for every group (and sub-group) that maps a device to ``tuned``.
+
+    Registered with ``extended_api=True``: torch hands over its ``_DistributedBackendOptions``, which carry
+    ``enable_reconfigure`` (a group that has no members until ``_reconfigure``) and the group's global ranks (this
+    process's stable rank in its reconfigure handle). ``backend_options`` (``pg_options``) is not read: ``tuned``
+    takes its settings from TUNEDIST_* environment variables, as before the extended creator.
+    """
     _check_torchcomms()
-    return _C.create_backend(store, rank, size, timeout, _on_nccl_created, _make_gloo_group)
+    ranks = list(opts.global_ranks_in_group or [])
+    stable = ranks[opts.group_rank] if opts.group_rank < len(ranks) else opts.group_rank
+    return _C.create_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout, _on_nccl_created,
+                             _make_gloo_group, enable_reconfigure=bool(getattr(opts, "enable_reconfigure", False)),
+                             stable_rank=stable)
 
 
 def nccl_compiled_in() -> bool:
@@ -159,7 +169,7 @@ def register_backend() -> None:
         return
     # register_backend never takes over a device's default backend (gloo for cpu, nccl for cuda stay).
     devices = ["cpu", "cuda"] if nccl_compiled_in() else ["cpu"]
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=devices)
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=devices)
 
 
 register_backend()

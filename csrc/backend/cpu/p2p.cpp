@@ -42,9 +42,14 @@ void checkPeer(int peer, int rank, int size, const char* role) {
 }
 
 // Completes `work` from the engine's callback; `finish` (may be empty) runs first on success, e.g. to copy a
-// staged receive back into the caller's tensor.
-engine::HostP2p::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish) {
-  return [work = std::move(work), setSource, finish = std::move(finish)](std::exception_ptr error, int peer) {
+// staged receive back into the caller's tensor. When the engine fails the operation (a dead peer, a timeout),
+// `hooks` (the group's abort hooks, as for a failed collective; may be empty) run first, on the engine's thread.
+engine::HostP2p::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish,
+                                 std::function<void()> hooks) {
+  return [work = std::move(work), setSource, finish = std::move(finish), hooks](std::exception_ptr error, int peer) {
+    if (error != nullptr && hooks) {
+      hooks();
+    }
     if (error == nullptr && finish) {
       try {
         finish();
@@ -75,6 +80,20 @@ void post(const c10::intrusive_ptr<TunedWork>& work, F&& start) {
   }
 }
 
+// The group's abort hooks for a send or receive that the engine failed (`callback`, may be empty), unless the group
+// was shut down (the engine fails what is pending when it closes, perhaps while the caller holds the GIL a Python
+// hook would need).
+std::function<void()> failureHooks(const std::function<void()>& callback, std::shared_ptr<Executor> executor) {
+  if (!callback) {
+    return {};
+  }
+  return [callback, executor = std::move(executor)] {
+    if (!executor->stopped()) {
+      callback();
+    }
+  };
+}
+
 }  // namespace
 
 // Posts a receive of `t` from srcRank (-1: any source).
@@ -98,7 +117,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int sr
   }
   engine::HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  post(work, [&] { engine.irecv(srcRank, tag, staged, deadline, completion(work, true, std::move(copyBack))); });
+  engine::HostP2p::Done done = completion(work, true, std::move(copyBack), failureHooks(failureCallback_, executor_));
+  post(work, [&] { engine.irecv(srcRank, tag, staged, deadline, std::move(done)); });
   return work;
 }
 
@@ -118,7 +138,10 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors
   // The callback holds `staged`, so a copy lives until its bytes are out.
   engine::HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  post(work, [&] { engine.isend(dstRank, tag, staged, deadline, completion(work, false, [staged] {})); });
+  std::function<void()> keepStaged = [staged] {};
+  engine::HostP2p::Done done = completion(work, false, std::move(keepStaged),
+                                          failureHooks(failureCallback_, executor_));
+  post(work, [&] { engine.isend(dstRank, tag, staged, deadline, std::move(done)); });
   return work;
 }
 

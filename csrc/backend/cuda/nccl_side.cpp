@@ -88,6 +88,15 @@ void NcclSide::setGroupUid(const std::string& uid) {
   }
 }
 
+void NcclSide::rebind(c10::intrusive_ptr<c10d::Store> store, int rank, int size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(!backend_, "tunedist: the NCCL side exists already and cannot be given new members");
+  store_ = std::move(store);
+  rank_ = rank;
+  size_ = size;
+  closed_ = false;
+}
+
 // Forwarded once: ProcessGroup::shutdown reaches this backend once per device type it serves, and the destructor
 // shuts down again.
 void NcclSide::abort() { close(&c10d::Backend::abort); }

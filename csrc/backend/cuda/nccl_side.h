@@ -57,6 +57,9 @@ class NcclSide {
 
   void setTimeout(std::chrono::milliseconds timeout);
   void setGroupUid(const std::string& uid);
+  // The group's new members (TunedBackend::reconfigure): the ProcessGroupNCCL, not created yet, will be made for
+  // them at their first CUDA call; the side opens again if it was closed. Refused once it exists.
+  void rebind(c10::intrusive_ptr<c10d::Store> store, int rank, int size);
   void abort();
   void shutdown();
 
@@ -64,8 +67,8 @@ class NcclSide {
   void close(void (c10d::Backend::*action)());
 
   c10::intrusive_ptr<c10d::Store> store_;
-  const int rank_;
-  const int size_;
+  int rank_;
+  int size_;
   Options options_;
   std::string groupUid_;
   mutable std::mutex mutex_;

@@ -1,0 +1,278 @@
+// TunedBackend::reconfigure and get_reconfigure_handle: the group re-formed on a new set of processes, as torch 2.15
+// defines reconfigure for gloo (Backend::supportsReconfigure; dist.distributed_c10d._get_reconfigure_handle and
+// _reconfigure(uuid, handles, group)). The typical use: the survivors of a dead rank re-form the group without it,
+// and later a replacement process, started with init_process_group(..., enable_reconfigure=True), joins them and
+// the group is back to full size.
+//
+// Protocol (every member calls reconfigure with the same handles and the same uuid):
+//   1. Handles, exchanged out of band: "tuned:<rank>:<uuid>:<stable rank>:<instance>:<store address>" (the
+//      current rank and membership uuid, -1 before the first reconfigure; the rank the process joined with first;
+//      a random 64-bit instance id, so two processes never have the same handle; the TCPStore's host:port, for
+//      the reader). A list gives the new ranks by position; a set is ordered by stable rank, so survivors keep
+//      their order and a replacement started with a dead rank's rank takes its place.
+//   2. The uuid names the new membership's store prefix, tuned_reconfigure/<uuid>/, under the group's store. A
+//      reused uuid would meet an earlier membership's keys: new rank 0 claims the uuid (compareSet writes its
+//      handle only where no claim exists) and every other member waits for the claim and checks that it is its
+//      rank 0's handle, so a reused uuid fails on every member. A process also refuses a uuid it tried before.
+//   3. A new CPU side is made over that prefix (new rank, new size) and waits until every member has published its
+//      host key (the layout of hosts, as a new group's first operation does), or the timeout: a member that does
+//      not come is named, and the group stays as it was.
+//   4. Then the group switches: rank and size are the new ones, the old CPU side is aborted and released (whatever
+//      it still had in flight fails; its shared-memory segments, rings, heap chunk names and gloo groups between
+//      hosts go with it), and the new one builds its engines at its first operation as a new group does. The NCCL
+//      side is made for the new members at their first CUDA call; a group whose NCCL side exists is refused
+//      before anything changes: the ProcessGroupNCCL it wraps cannot take new members in place.
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+#include "backend/cpu/store_rendezvous.h"
+#include "backend/tuned_backend.h"
+#include "core/store_keys.h"
+
+namespace tunedist {
+
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+namespace {
+
+constexpr const char* kHandleTag = "tuned";
+constexpr const char* kClaimKey = "claimed";
+
+struct Member {
+  int rank;            // its rank in its current membership
+  int64_t uuid;        // the uuid of its current membership; -1 before its first reconfigure
+  int64_t stableRank;  // the rank it joined with first
+  uint64_t instance;
+  std::string storeAddress;
+  std::string handle;
+};
+
+std::string formatHandle(int rank, int64_t uuid, int64_t stableRank, uint64_t instance, const std::string& address) {
+  char id[17];
+  std::snprintf(id, sizeof(id), "%016" PRIx64, instance);
+  return c10::str(kHandleTag, ":", rank, ":", uuid, ":", stableRank, ":", id, ":", address);
+}
+
+Member parseHandle(const std::string& handle, int rank) {
+  // Five fields, then the store address, which has colons of its own.
+  std::vector<std::string> fields;
+  size_t start = 0;
+  for (int i = 0; i < 5; ++i) {
+    const size_t colon = handle.find(':', start);
+    if (colon == std::string::npos) {
+      break;
+    }
+    fields.push_back(handle.substr(start, colon - start));
+    start = colon + 1;
+  }
+  const std::string bad = c10::str("tunedist: reconfigure on rank ", rank, ": '", handle,
+                                   "' is not a `tuned` reconfigure handle (tuned:<rank>:<uuid>:<stable rank>:"
+                                   "<instance>:<store address>, as get_reconfigure_handle returns it)");
+  TORCH_CHECK(fields.size() == 5 && fields[0] == kHandleTag && fields[4].size() == 16, bad);
+  try {
+    size_t used = 0;
+    Member m{};
+    m.rank = std::stoi(fields[1], &used);
+    TORCH_CHECK(used == fields[1].size(), bad);
+    m.uuid = std::stoll(fields[2], &used);
+    TORCH_CHECK(used == fields[2].size(), bad);
+    m.stableRank = std::stoll(fields[3], &used);
+    TORCH_CHECK(used == fields[3].size() && m.stableRank >= 0, bad);
+    m.instance = std::stoull(fields[4], &used, 16);
+    TORCH_CHECK(used == fields[4].size(), bad);
+    m.storeAddress = handle.substr(start);
+    m.handle = handle;
+    return m;
+  } catch (const std::logic_error&) {  // std::stoi and friends: no number, or out of range
+    TORCH_CHECK(false, bad);
+  }
+}
+
+// The members in their new rank order: a list by position, a set by stable rank (then by handle, for two
+// processes that joined with the same rank).
+std::vector<Member> orderedMembers(const c10d::ReconfigureOptions& opts, int rank) {
+  std::vector<Member> members;
+  std::visit(
+      [&](const auto& handles) {
+        for (const auto& h : handles) {
+          members.push_back(parseHandle(h, rank));
+        }
+      },
+      opts.handles);
+  TORCH_CHECK(!members.empty(), "tunedist: reconfigure on rank ", rank, ": no handles; pass every member's handle");
+  if (std::holds_alternative<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles)) {
+    std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+      return a.stableRank != b.stableRank ? a.stableRank < b.stableRank : a.handle < b.handle;
+    });
+  }
+  std::unordered_set<uint64_t> instances;
+  for (const Member& m : members) {
+    // A process's handle changes with each reconfigure: two handles of one process are an old and a new one.
+    TORCH_CHECK(instances.insert(m.instance).second, "tunedist: reconfigure on rank ", rank,
+                ": two handles name the same process (", m.handle,
+                " and another); pass each member's current handle once");
+  }
+  return members;
+}
+
+// host:port of the TCPStore under `store`'s prefixes; empty for other stores.
+std::string storeAddress(const c10::intrusive_ptr<c10d::Store>& store) {
+  c10::intrusive_ptr<c10d::Store> base = store;
+  if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(base.get())) {
+    base = prefixed->getUnderlyingNonPrefixStore();
+  }
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(base.get());
+  return tcp ? c10::str(tcp->getHost(), ":", tcp->getPort()) : std::string();
+}
+
+std::string asString(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+// Step 2: the uuid is this membership's, or every member refuses it.
+void claimUuid(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<Member>& members, int newRank,
+               int64_t uuid, int rank, std::chrono::milliseconds timeout) {
+  const std::string& first = members.front().handle;
+  std::string claimedBy;
+  if (newRank == 0) {
+    claimedBy = asString(store->compareSet(kClaimKey, {}, std::vector<uint8_t>(first.begin(), first.end())));
+  } else {
+    cpu::StoreRendezvous rendezvous(store);
+    try {
+      claimedBy = rendezvous.get(kClaimKey, timeout);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "tunedist: reconfigure on rank ", rank, ": new rank 0 (", first, ") did not claim uuid ", uuid,
+                  " within ", timeout.count(), " ms: ", e.what());
+    }
+  }
+  TORCH_CHECK(claimedBy == first, "tunedist: reconfigure on rank ", rank, ": uuid ", uuid,
+              " was used already (claimed by ", claimedBy, "); every reconfigure needs a fresh uuid");
+}
+
+c10::intrusive_ptr<c10d::Work> completedWork() {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<at::Device>{});
+  future->markCompleted(c10::IValue(std::vector<at::Tensor>()));
+  return c10d::Work::create_from_future(future);
+}
+
+}  // namespace
+
+c10d::ReconfigureHandle TunedBackend::get_reconfigure_handle() const {
+  std::lock_guard<std::mutex> lock(reconfigureMutex_);
+  return formatHandle(rank_, uuid_, stableRank_, instanceId_, storeAddress(groupStore_));
+}
+
+c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigure(const c10d::ReconfigureOptions& opts) {
+  std::lock_guard<std::mutex> lock(reconfigureMutex_);
+  const std::string self = formatHandle(rank_, uuid_, stableRank_, instanceId_, storeAddress(groupStore_));
+  const std::vector<Member> members = orderedMembers(opts, rank_);
+  const auto it = std::find_if(members.begin(), members.end(), [&](const Member& m) { return m.handle == self; });
+  TORCH_CHECK(it != members.end(), "tunedist: reconfigure on rank ", rank_, ": this process's handle ", self,
+              " is not among the ", members.size(),
+              " handles; pass every member's current get_reconfigure_handle(), "
+              "this one's included (a handle changes with each reconfigure)");
+  TORCH_CHECK(std::find(usedUuids_.begin(), usedUuids_.end(), opts.uuid) == usedUuids_.end(),
+              "tunedist: reconfigure on rank ", rank_, ": uuid ", opts.uuid,
+              " was used by this group already; every reconfigure needs a fresh uuid");
+  if (auto nccl = nccl_.existing()) {
+    TORCH_CHECK(false, "tunedist: reconfigure on rank ", rank_,
+                ": this group has run CUDA operations, and its NCCL side (", nccl->getBackendName(),
+                ", supports_reconfigure=", nccl->supportsReconfigure() ? "True" : "False",
+                ") cannot be carried over to new members: `tuned`'s handles carry no NCCL handles. Reconfigure a "
+                "group before its first CUDA operation, or keep CUDA tensors on a group of their own");
+  }
+  usedUuids_.push_back(opts.uuid);
+  const int newRank = int(it - members.begin());
+  const int newSize = int(members.size());
+  const std::chrono::milliseconds timeout = opts.timeout.has_value() && opts.timeout->count() > 0
+                                                ? *opts.timeout
+                                                : cpu_->effectiveTimeout(c10d::kUnsetTimeout);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+
+  // A connection of its own where the store can give one (TCPStore), as for shrink.
+  c10::intrusive_ptr<c10d::Store> base;
+  try {
+    base = groupStore_->clone();
+  } catch (const std::exception&) {
+    base = groupStore_;
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>(c10::str("tuned_reconfigure/", opts.uuid), base);
+  claimUuid(store, members, newRank, opts.uuid, rank_, timeout);
+
+  // Step 3.
+  auto cpu = c10::make_intrusive<cpu::CpuBackend>(store, newRank, newSize, cpu_->options());
+  try {
+    cpu->hostLayout(deadline);
+  } catch (const std::exception& e) {
+    std::string missing;
+    for (int r = 0; r < newSize; ++r) {
+      if (!store->check({core::keys::kHostKeyPrefix + std::to_string(r)})) {
+        missing += c10::str(missing.empty() ? "" : ", ", "new rank ", r, " (", members[size_t(r)].handle, ")");
+      }
+    }
+    cpu->abort();
+    TORCH_CHECK(false, "tunedist: reconfigure on rank ", rank_, " (new rank ", newRank, " of ", newSize, ", uuid ",
+                opts.uuid, "): ", missing.empty() ? "" : c10::str("did not hear from ", missing, ": "), e.what(),
+                "; the group keeps its previous members");
+  }
+
+  // Step 4.
+  abortHooks_->newMembership();
+  c10::intrusive_ptr<cpu::CpuBackend> old = cpu_;
+  adoptCpuSide(std::move(cpu));
+  rank_ = newRank;
+  size_ = newSize;
+  store_ = store;
+  uuid_ = opts.uuid;
+  shrinks_ = 0;
+  nccl_.rebind(store, newRank, newSize);
+  {
+    std::lock_guard<std::mutex> coalescing(mutex_);
+    coalescing_ = false;
+    ncclCoalescing_ = false;
+  }
+  awaitingMembers_.store(false);
+  old->abort();
+  return completedWork();
+}
+
+#endif  // C10D_BACKEND_HAS_RECONFIGURE
+
+void TunedBackend::refuseBeforeReconfigure(const char* op) const {
+  TORCH_CHECK(false, "tunedist: ", op, ": rank ", rank_, " of ", size_,
+              ": this group was created with enable_reconfigure=True and has no members until it is reconfigured; "
+              "every member calls torch.distributed.distributed_c10d._reconfigure(uuid, handles, group) first, "
+              "with the handles of _get_reconfigure_handle(group)");
+}
+
+void TunedBackend::adoptCpuSide(c10::intrusive_ptr<cpu::CpuBackend> cpu) {
+  const int rank = cpu->getRank();
+  cpu->setFailureCallback([hooks = abortHooks_, rank, membership = abortHooks_->membership()] {
+    hooks->runForFailure(rank, membership);
+  });
+  if (!getGroupUid().empty()) {
+    cpu->setGroupUid(getGroupUid());
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (infoHook_) {
+    cpu->registerOnCompletionHook([shared = infoHook_](std::shared_ptr<c10d::WorkInfo> info) {
+      (*shared)(std::move(info));
+    });
+  }
+#ifdef C10D_BACKEND_HAS_HOOKS
+  for (const auto& [id, hook] : completionHooks_) {
+    cpu->registerCompletionHook(id, [shared = hook](const c10d::CompletionHookArgs& args) { (*shared)(args); });
+  }
+#endif
+  cpu_ = std::move(cpu);
+}
+
+}  // namespace tunedist
