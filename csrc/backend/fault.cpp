@@ -45,6 +45,7 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::shrink(const std::vector<int64_t
 
   Options child{cpu_->options(), onNcclCreated_};
   child.stableRank = stableRank_;
+  child.reconfigureStore = groupStore_;
   if (optsOverride && optsOverride->timeout.count() > 0) {
     child.cpu.timeout = optsOverride->timeout;
   }

@@ -165,12 +165,25 @@ c10::intrusive_ptr<c10d::Work> completedWork() {
 
 }  // namespace
 
-c10d::ReconfigureHandle TunedBackend::get_reconfigure_handle() const {
+c10d::ReconfigureHandle TunedBackend::get_reconfigure_handle() const { return cpuReconfigureHandle(); }
+
+c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigure(const c10d::ReconfigureOptions& opts) {
+  if (auto nccl = nccl_.existing()) {
+    TORCH_CHECK(false, "tunedist: reconfigure on rank ", rank_,
+                ": this group has run CUDA operations, and its NCCL side (", nccl->getBackendName(),
+                ", supports_reconfigure=", nccl->supportsReconfigure() ? "True" : "False",
+                ") cannot be carried over to new members: `tuned`'s handles carry no NCCL handles. Reconfigure a "
+                "group before its first CUDA operation, or keep CUDA tensors on a group of their own");
+  }
+  return reconfigureCpuSide(opts);
+}
+
+c10d::ReconfigureHandle TunedBackend::cpuReconfigureHandle() const {
   std::lock_guard<std::mutex> lock(reconfigureMutex_);
   return formatHandle(rank_, uuid_, stableRank_, instanceId_, storeAddress(groupStore_));
 }
 
-c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigure(const c10d::ReconfigureOptions& opts) {
+c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigureCpuSide(const c10d::ReconfigureOptions& opts) {
   std::lock_guard<std::mutex> lock(reconfigureMutex_);
   const std::string self = formatHandle(rank_, uuid_, stableRank_, instanceId_, storeAddress(groupStore_));
   const std::vector<Member> members = orderedMembers(opts, rank_);
@@ -182,13 +195,6 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigure(const c10d::Reconfigure
   TORCH_CHECK(std::find(usedUuids_.begin(), usedUuids_.end(), opts.uuid) == usedUuids_.end(),
               "tunedist: reconfigure on rank ", rank_, ": uuid ", opts.uuid,
               " was used by this group already; every reconfigure needs a fresh uuid");
-  if (auto nccl = nccl_.existing()) {
-    TORCH_CHECK(false, "tunedist: reconfigure on rank ", rank_,
-                ": this group has run CUDA operations, and its NCCL side (", nccl->getBackendName(),
-                ", supports_reconfigure=", nccl->supportsReconfigure() ? "True" : "False",
-                ") cannot be carried over to new members: `tuned`'s handles carry no NCCL handles. Reconfigure a "
-                "group before its first CUDA operation, or keep CUDA tensors on a group of their own");
-  }
   usedUuids_.push_back(opts.uuid);
   const int newRank = int(it - members.begin());
   const int newSize = int(members.size());
@@ -233,7 +239,9 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigure(const c10d::Reconfigure
   store_ = store;
   uuid_ = opts.uuid;
   shrinks_ = 0;
-  nccl_.rebind(store, newRank, newSize);
+  if (!nccl_.existing()) {
+    nccl_.rebind(store, newRank, newSize);  // made for the new members at their first CUDA call
+  }
   {
     std::lock_guard<std::mutex> coalescing(mutex_);
     coalescing_ = false;

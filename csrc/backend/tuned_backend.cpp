@@ -60,7 +60,7 @@ uint64_t randomInstanceId() {
 TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options)
     : c10d::Backend(rank, size),
       onNcclCreated_(options.onNcclCreated),
-      groupStore_(store),
+      groupStore_(options.reconfigureStore ? options.reconfigureStore : store),
       store_(options.enableReconfigure ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>())
                                        : store),
       awaitingMembers_(options.enableReconfigure),

@@ -37,6 +37,9 @@ class TunedBackend : public c10d::Backend {
     // This process's rank in the group it joined first (its global rank), kept through shrink and reconfigure and
     // carried in its reconfigure handle; -1: the rank given at creation.
     int64_t stableRank = -1;
+    // The store under whose prefixes reconfigures meet; null: the group's own. A shrunk group keeps its parent's,
+    // so a replacement that creates the job's group again (same store, same group name) finds the survivors.
+    c10::intrusive_ptr<c10d::Store> reconfigureStore;
   };
 
   static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -158,13 +161,18 @@ class TunedBackend : public c10d::Backend {
   void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
   void unregisterAbortHook(int64_t hookId) override;
 #ifdef C10D_BACKEND_HAS_RECONFIGURE
-  // Reconfigure (reconfigure.cpp), as torch defines it for gloo: each process hands out its handle
-  // ("tuned:<rank>:<uuid>:<stable rank>:<instance>:<store address>"), the handles are exchanged out of band, and
-  // every member calls reconfigure with all of them and the same fresh uuid; the group then runs on those members
-  // (ranks by position in a list; by stable rank in a set), rebuilt from nothing under the uuid's store prefix.
+  // Reconfigure (reconfigure.cpp), as torch defines it for gloo: each process hands out its handle, the handles are
+  // exchanged out of band, and every member calls reconfigure with all of them and the same fresh uuid; the group
+  // then runs on those members. A group whose NCCL side exists is refused, naming why.
   bool supportsReconfigure() const override { return true; }
   c10d::ReconfigureHandle get_reconfigure_handle() const override;
   c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+  // The CPU side's part, which the two overrides above are made of: its handle
+  // ("tuned:<rank>:<uuid>:<stable rank>:<instance>:<store address>"), and the switch to new members (ranks by
+  // position in a list, by stable rank in a set), after which this group's rank and size are the CPU side's new
+  // ones. A new CPU side is made for them, so the switch lives here and not in CpuBackend.
+  c10d::ReconfigureHandle cpuReconfigureHandle() const;
+  c10::intrusive_ptr<c10d::Work> reconfigureCpuSide(const c10d::ReconfigureOptions& opts);
 #endif
 
   // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
@@ -199,7 +207,7 @@ class TunedBackend : public c10d::Backend {
   void adoptCpuSide(c10::intrusive_ptr<cpu::CpuBackend> cpu);
 
   const cuda::NcclSide::CreatedHook onNcclCreated_;
-  // The store the group was created with; each reconfigure's members meet under a prefix of it.
+  // The store under which each reconfigure's members meet (Options::reconfigureStore, else the group's).
   const c10::intrusive_ptr<c10d::Store> groupStore_;
   // The current membership's store: groupStore_, or the last reconfigure's prefix of it (shrink builds on it).
   c10::intrusive_ptr<c10d::Store> store_;
