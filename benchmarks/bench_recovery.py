@@ -1,18 +1,23 @@
-"""Recovery from `kill -9` of one rank: shrinking the group (examples/train_ddp_shrink.py) against a torchrun restart.
+"""Recovery from `kill -9` of one rank: shrinking the group and taking a replacement back in through reconfigure
+(examples/train_ddp_shrink.py) against a torchrun restart.
 
-    PYTHONPATH=python python benchmarks/bench_recovery.py [--world-size 3] [--runs 3] [--json out.json]
+    PYTHONPATH=python python benchmarks/bench_recovery.py [--world-sizes 3,4] [--runs 5] [--json out.json]
 
-Both recover the same DDP training (examples/train_ddp_shrink.py's model and data, one rank SIGKILLed once every
-rank has entered step --kill-step) and report the time from the kill to the first training step completed after
-it:
+Both recover the same DDP training (examples/train_ddp_shrink.py's model and data, launch rank 1 SIGKILLed once
+every rank has entered step --kill-step) and report:
 
-- shrink: the survivors catch the error, call dist.shrink_group, rebuild DDP and redo the step on WORLD-1 ranks
-  (the example, run with --no-reference).
+- shrink + reconfigure (the example, run with --no-reference): the time from the kill to the first step completed
+  on the shrunk group (the survivors catch the error, call dist.shrink_group, rebuild DDP, redo the step); then,
+  for the replacement the launcher starts once that step is done, the time from its start to the group back at
+  full size (its reconfigure returned) and to the first step completed on the full group, with the part of that
+  spent importing Python and torch and the part from its init_process_group on.
 - torchrun: `torchrun --max-restarts=1` with a checkpoint saved after every step (the anchor most jobs use):
   torchrun sees the dead worker, stops the others, starts all WORLD workers again, which import torch, join a new
-  group, load the checkpoint and redo the step.
+  group, load the checkpoint and redo the step; the time from the kill to that step completed (the group is at full
+  size again then too).
 
-Prints the median and range of each over --runs runs. No /dev/shm name and no process is left (checked).
+Prints the median and range of each over --runs runs per world size, and the load average beside them. No
+/dev/shm name and no process is left (checked).
 """
 
 from __future__ import annotations
@@ -38,11 +43,34 @@ def _shm() -> set[str]:
     return {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("tunedist_")}
 
 
-def run_shrink(args: argparse.Namespace, out: Path) -> float:
-    subprocess.run([sys.executable, str(EXAMPLE), "--world-size", str(args.world_size), "--kill-rank", "1",
+# What one run of the example reports (train_ddp_shrink.launch), in seconds.
+SHRINK_KEYS = ("kill_to_first_shrunk_step_s", "replacement_start_to_full_s", "replacement_start_to_first_full_step_s",
+               "replacement_start_to_imported_s", "replacement_init_to_full_s")
+
+
+def _leftover_processes() -> list[str]:
+    """Processes of this benchmark's jobs still running (the example's ranks, torchrun's workers)."""
+    left = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if EXAMPLE.name in cmd or "--torchrun-worker" in cmd:
+            left.append(f"{d.name}: {cmd[:120]}")
+    return left
+
+
+def run_shrink(args: argparse.Namespace, world_size: int, out: Path) -> dict:
+    subprocess.run([sys.executable, str(EXAMPLE), "--world-size", str(world_size), "--kill-rank", "1",
                     "--kill-step", str(args.kill_step), "--steps", str(args.steps), "--no-reference", "--json",
                     str(out)], check=True, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())["shrink"]["kill_to_first_shrunk_step_s"]
+    run = json.loads(out.read_text())["shrink"]
+    if run["final"] != [[r, r, world_size] for r in range(world_size) if r != 1] + [[1, 1, world_size]]:
+        raise RuntimeError(f"the group did not end at full size: {run['final']}")
+    return {k: run[k] for k in SHRINK_KEYS}
 
 
 def torchrun_worker(args: argparse.Namespace) -> None:
@@ -90,13 +118,13 @@ def torchrun_worker(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def run_torchrun(args: argparse.Namespace, work: Path) -> float:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.world_size}",
+def run_torchrun(args: argparse.Namespace, world_size: int, work: Path) -> float:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
            "--max-restarts=1", "--monitor-interval=0.1", __file__, "--torchrun-worker", str(work),
            "--steps", str(args.steps), "--global-batch", str(args.global_batch), "--width", str(args.width)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        keys = [work / f"at_0_{args.kill_step}_{r}" for r in range(args.world_size)]
+        keys = [work / f"at_0_{args.kill_step}_{r}" for r in range(world_size)]
         while not all(k.exists() for k in keys):
             if proc.poll() is not None:
                 raise RuntimeError(f"torchrun exited with {proc.returncode} before the kill")
@@ -113,10 +141,21 @@ def run_torchrun(args: argparse.Namespace, work: Path) -> float:
             proc.wait()
 
 
+def _spread(values: list[float]) -> dict:
+    return {"median_s": statistics.median(values), "min_s": min(values), "max_s": max(values), "runs_s": values}
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--world-size", type=int, default=3)
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--world-sizes", default="3,4", help="comma-separated; launch rank 1 is killed in each")
+    p.add_argument("--runs", type=int, default=5)
     p.add_argument("--kill-step", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--global-batch", type=int, default=48)
@@ -128,27 +167,43 @@ def main() -> int:
         torchrun_worker(args)
         return 0
     before = _shm()
-    times: dict[str, list[float]] = {"shrink": [], "torchrun": []}
-    for i in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="tunedist_recovery_") as tmp:
-            times["shrink"].append(run_shrink(args, Path(tmp) / "shrink.json"))
-            work = Path(tmp) / "torchrun"
-            work.mkdir()
-            times["torchrun"].append(run_torchrun(args, work))
-        print(f"run {i + 1}: shrink {times['shrink'][-1] * 1e3:.0f} ms, torchrun restart "
-              f"{times['torchrun'][-1] * 1e3:.0f} ms", flush=True)
+    record = {"cpu": _cpu_model(), "cpus": os.cpu_count(), "kill_step": args.kill_step, "steps": args.steps,
+              "runs": args.runs, "world_sizes": {}}
+    for world_size in [int(w) for w in args.world_sizes.split(",")]:
+        runs: list[dict] = []
+        for i in range(args.runs):
+            load_before = os.getloadavg()[0]
+            with tempfile.TemporaryDirectory(prefix="tunedist_recovery_") as tmp:
+                shrink = run_shrink(args, world_size, Path(tmp) / "shrink.json")
+                work = Path(tmp) / "torchrun"
+                work.mkdir()
+                torchrun = run_torchrun(args, world_size, work)
+            runs.append({**shrink, "torchrun_kill_to_first_step_s": torchrun, "load_1min": [load_before,
+                                                                                            os.getloadavg()[0]]})
+            print(f"world size {world_size}, run {i + 1}: kill -> first shrunk step "
+                  f"{shrink['kill_to_first_shrunk_step_s'] * 1e3:.0f} ms; replacement start -> full group "
+                  f"{shrink['replacement_start_to_full_s'] * 1e3:.0f} ms (imports "
+                  f"{shrink['replacement_start_to_imported_s'] * 1e3:.0f} ms, init_process_group -> full "
+                  f"{shrink['replacement_init_to_full_s'] * 1e3:.0f} ms), -> first full step "
+                  f"{shrink['replacement_start_to_first_full_step_s'] * 1e3:.0f} ms; torchrun restart "
+                  f"{torchrun * 1e3:.0f} ms; load {load_before:.1f}", flush=True)
+        keys = [*SHRINK_KEYS, "torchrun_kill_to_first_step_s"]
+        summary = {k: _spread([r[k] for r in runs]) for k in keys}
+        loads = [x for r in runs for x in r["load_1min"]]
+        record["world_sizes"][str(world_size)] = {"summary": summary, "runs": runs,
+                                                  "load_1min_range": [min(loads), max(loads)]}
+        for k in keys:
+            v = summary[k]
+            print(f"world size {world_size}, {k}: {v['median_s'] * 1e3:.0f} ms median "
+                  f"({v['min_s'] * 1e3:.0f}-{v['max_s'] * 1e3:.0f} ms), {args.runs} runs")
+    print(f"{record['cpus']} CPUs ({record['cpu']})")
     left = _shm() - before
-    summary = {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "runs_s": v}
-               for k, v in times.items()}
-    for k, v in summary.items():
-        print(f"{k}: kill -> first completed step {v['median_s'] * 1e3:.0f} ms median "
-              f"({v['min_s'] * 1e3:.0f}-{v['max_s'] * 1e3:.0f} ms), {args.runs} runs, world size {args.world_size}, "
-              f"{os.cpu_count()} CPUs")
+    procs = _leftover_processes()
+    record["left_in_dev_shm"], record["processes_left"] = sorted(left), procs
     if args.json:
-        args.json.write_text(json.dumps({"world_size": args.world_size, "kill_step": args.kill_step,
-                                         "cpus": os.cpu_count(), "summary": summary}, indent=1))
-    if left:
-        print(f"left in /dev/shm: {sorted(left)}")
+        args.json.write_text(json.dumps(record, indent=1))
+    if left or procs:
+        print(f"left in /dev/shm: {sorted(left)}; processes left: {procs}")
         return 1
     return 0
 

@@ -1,6 +1,8 @@
-"""DDP training that loses a rank to `kill -9` and goes on with the survivors (dist.shrink_group on `tuned`).
+"""DDP training that loses a rank to `kill -9`, goes on with the survivors (dist.shrink_group on `tuned`), and
+takes a replacement process back in (torch's reconfigure), so the group is back to full size.
 
-    python examples/train_ddp_shrink.py [--world-size 3] [--kill-rank 1] [--kill-step 5] [--steps 12] [--json out]
+    python examples/train_ddp_shrink.py [--world-size 3] [--kill-rank 1] [--kill-step 5] [--steps 12]
+                                        [--no-replacement] [--json out]
 
 The launcher (this script without --worker) hosts the job's TCP store, so the store outlives any rank (as
 torchrun's agent store would; a `tcp://` group's store lives in its rank 0), starts one plain process per rank and
@@ -14,10 +16,21 @@ SIGKILLs rank --kill-rank once every rank has finished step --kill-step - 1. The
    samples with the same mean gradient;
 5. go on to --steps.
 
-At the end the survivors' parameters agree bit for bit (checked), and the launcher prints the time from the kill to
-the first step completed on the shrunk group, and the final loss beside the same training without a failure
-(--world-size ranks throughout, run first unless --no-reference): equal up to float rounding, since both runs
-average the same per-sample gradients.
+Once the survivors have completed a step on the shrunk group, the launcher starts a replacement process (unless
+--no-replacement), given the dead rank's rank. It creates its group in the reconfigure regime
+(init_process_group(..., enable_reconfigure=True): no members yet, nothing waits) and leaves its reconfigure handle
+and a fresh uuid in the store. At the next step boundary the survivors agree that it is there (one all_reduce of a
+flag per step while the group is short), leave their own handles, and everyone calls
+dist.distributed_c10d._reconfigure(uuid, handles) with the set of handles: `tuned` orders a set by the rank each
+process joined with first, so the replacement takes the dead rank's place. The survivors hand it the step and the
+parameters (a broadcast from a survivor), DDP is rebuilt on the full group, and training goes on with the global
+batch split among all --world-size ranks again.
+
+At the end every rank's parameters agree bit for bit (checked), and the launcher prints the time from the kill to
+the first step completed on the shrunk group, from the replacement's start to the group back at full size and to
+the first step completed on it, and the final loss beside the same training without a failure (--world-size ranks
+throughout, run first unless --no-reference): equal up to float rounding, since every run averages the same
+per-sample gradients.
 """
 
 from __future__ import annotations
@@ -50,8 +63,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--global-batch", type=int, default=48, help="samples per step, over all ranks")
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--no-reference", action="store_true", help="skip the run without a failure")
+    p.add_argument("--no-replacement", action="store_true", help="the survivors finish alone")
     p.add_argument("--json", type=Path)
     p.add_argument("--worker", nargs=3, metavar=("RANK", "PORT", "OUT"), help=argparse.SUPPRESS)
+    p.add_argument("--replacement", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -73,25 +88,92 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def dead_ranks(store, launch_ranks: list[int]) -> list[int]:
+    """The launch ranks among `launch_ranks` whose process is gone (each left its pid in the store)."""
+    while True:
+        dead = [r for r in launch_ranks if not alive(int(store.get(f"pid/{r}")))]
+        if dead:
+            return dead
+        time.sleep(0.001)  # the error came before the kernel reaped it
+
+
+def take_in_replacement(store, rank: int, launch_ranks: list[int], world_size: int) -> list[int]:
+    """On a survivor: the group back to full size with the replacement that left its handle and uuid."""
+    c10d = dist.distributed_c10d
+    uuid = int(store.get("join/uuid"))
+    store.set(f"join/{uuid}/{rank}", c10d._get_reconfigure_handle())
+    handles = {store.get(f"join/{uuid}/{r}").decode() for r in launch_ranks}
+    handles.add(store.get("join/handle").decode())
+    c10d._reconfigure(uuid, handles).wait()
+    return list(range(world_size))
+
+
+def join_as_replacement(store, rank: int) -> None:
+    """The replacement: a group in the reconfigure regime, its handle and a fresh uuid in the store, then the
+    reconfigure with everyone's handles."""
+    c10d = dist.distributed_c10d
+    uuid = int.from_bytes(os.urandom(7), "little")  # fresh for this membership
+    store.set("join/uuid", str(uuid))
+    store.set("join/handle", c10d._get_reconfigure_handle())
+    survivors = [r for r in range(dist.get_world_size()) if r != rank]
+    handles = {store.get(f"join/{uuid}/{r}").decode() for r in survivors}
+    handles.add(c10d._get_reconfigure_handle())
+    c10d._reconfigure(uuid, handles).wait()
+
+
 def worker(args: argparse.Namespace) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import tunedist  # noqa: F401  (registers "tuned")
 
     torch.set_num_threads(1)
+    ready_at = time.monotonic()  # Python, torch and tunedist imported
     rank, port, out = int(args.worker[0]), int(args.worker[1]), Path(args.worker[2])
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=GROUP_TIMEOUT)
-    store.set(f"pid/{rank}", str(os.getpid()))
-    dist.init_process_group("tuned", store=dist.PrefixStore("job/", store), rank=rank, world_size=args.world_size,
-                            timeout=GROUP_TIMEOUT)
+    # The model and optimizer first: a replacement is ready to train before it asks to join (the optimizer's first
+    # use imports a good part of torch, seconds on a loaded 2-vCPU machine).
     module = make_model(args.width)
     opt = torch.optim.SGD(module.parameters(), lr=0.05)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=GROUP_TIMEOUT)
+    init_at = time.monotonic()
+    dist.init_process_group("tuned", store=dist.PrefixStore("job/", store), rank=rank, world_size=args.world_size,
+                            timeout=GROUP_TIMEOUT, enable_reconfigure=args.replacement)
+    launch_ranks = list(range(args.world_size))  # launch_ranks[group rank] = launch rank
+    step, recovered, full_at, full_step_at = 0, None, None, None
+    shrunk = (None, None)
+    expect_replacement = not args.no_replacement and not args.replacement
+    if args.replacement:
+        join_as_replacement(store, rank)
+        full_at = time.monotonic()
+    store.set(f"pid/{rank}", str(os.getpid()))  # a replacement's pid replaces the dead rank's
+    if args.replacement:
+        # A survivor's step and parameters (every survivor has them); the replacement's own are its initial ones.
+        src = next(r for r in range(args.world_size) if r != rank)
+        state = torch.tensor([0])
+        dist.broadcast(state, src)
+        step = int(state)
+        for p in module.parameters():
+            dist.broadcast(p.data, src)
+        full_step_at = "pending"
     model = DDP(module)
-    old_ranks = list(range(args.world_size))  # old_ranks[new rank] = launch rank, after shrinking
-    step, recovered = 0, None
     snapshot = [p.detach().clone() for p in module.parameters()]
     while step < args.steps:
         store.set(f"at/{step}/{rank}", "1")
+        if expect_replacement and len(launch_ranks) < args.world_size and isinstance(recovered, float):
+            if step == args.steps - 1:
+                store.wait(["join/handle"])  # the run ends on the full group: its last step waits for the replacement
+            # Is the replacement there? Every survivor must answer alike, so they agree with an all_reduce.
+            there = torch.tensor([int(store.check(["join/handle"]))])
+            dist.all_reduce(there, op=dist.ReduceOp.MAX)
+            if int(there):
+                src = launch_ranks[0]  # the first survivor keeps its launch rank as its rank in the full group
+                launch_ranks = take_in_replacement(store, rank, launch_ranks, args.world_size)
+                full_at = time.monotonic()
+                state = torch.tensor([step])
+                dist.broadcast(state, src)
+                for p in module.parameters():
+                    dist.broadcast(p.data, src)
+                model = DDP(module)
+                full_step_at = "pending"
         x, y = global_batch(step, args.global_batch)
         me, size = dist.get_rank(), dist.get_world_size()
         share = args.global_batch // size
@@ -103,14 +185,12 @@ def worker(args: argparse.Namespace) -> None:
             # A peer died inside this step's all_reduce. A survivor may have finished the previous step's
             # all_reduce where another did not (the dead rank's part arrived at one and not the other): all agree
             # on the last step every survivor finished, and one that went past it takes back its last update.
-            dead_launch_ranks = [r for r in old_ranks if not alive(int(store.get(f"pid/{r}")))]
-            while not dead_launch_ranks:  # the error came before the kernel reaped it
-                time.sleep(0.001)
-                dead_launch_ranks = [r for r in old_ranks if not alive(int(store.get(f"pid/{r}")))]
+            dead = dead_ranks(store, launch_ranks)
             print(f"[launch rank {rank}] step {step}: {str(e).splitlines()[0][:160]}; launch ranks "
-                  f"{dead_launch_ranks} are dead: shrinking", flush=True)
-            dist.shrink_group([old_ranks.index(r) for r in dead_launch_ranks])
-            old_ranks = [r for r in old_ranks if r not in dead_launch_ranks]
+                  f"{dead} are dead: shrinking", flush=True)
+            dist.shrink_group([launch_ranks.index(r) for r in dead])
+            launch_ranks = [r for r in launch_ranks if r not in dead]
+            shrunk = (dist.get_rank(), dist.get_world_size())
             agreed = torch.tensor([step])
             dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
             if int(agreed) < step:
@@ -125,6 +205,10 @@ def worker(args: argparse.Namespace) -> None:
         opt.step()
         if recovered == "pending":
             recovered = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the host
+            if dist.get_rank() == 0:
+                store.set("shrunk/first_step", "1")  # the launcher starts the replacement now
+        if full_step_at == "pending":
+            full_step_at = time.monotonic()
         step += 1
     # The loss of the last global batch with the final parameters, which every rank computes alike.
     with torch.no_grad():
@@ -134,43 +218,70 @@ def worker(args: argparse.Namespace) -> None:
     copies = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(copies, flat)
     agree = all(torch.equal(c.view(torch.int32), flat.view(torch.int32)) for c in copies)
-    (out / f"rank{rank}.json").write_text(json.dumps({
-        "launch_rank": rank, "rank": dist.get_rank(), "size": dist.get_world_size(), "final_loss": final_loss,
-        "recovered_at": recovered if isinstance(recovered, float) else None, "params_agree": agree,
-        "param_sum": float(flat.double().sum())}))
+    def stamp(t):
+        return t if isinstance(t, float) else None
+
+    (out / f"rank{rank}{'r' if args.replacement else ''}.json").write_text(json.dumps({
+        "launch_rank": rank, "replacement": args.replacement, "rank": dist.get_rank(), "size": dist.get_world_size(),
+        "shrunk_rank": shrunk[0], "shrunk_size": shrunk[1], "final_loss": final_loss,
+        "recovered_at": stamp(recovered), "ready_at": ready_at, "init_at": init_at, "full_at": full_at,
+        "full_step_at": stamp(full_step_at),
+        "params_agree": agree, "param_sum": float(flat.double().sum())}))
     dist.destroy_process_group()
 
 
 def launch(args: argparse.Namespace, kill_rank: int) -> dict:
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=GROUP_TIMEOUT)
+    replace = kill_rank >= 0 and not args.no_replacement
     with tempfile.TemporaryDirectory(prefix="tunedist_shrink_") as tmp:
         base = [sys.executable, __file__, "--world-size", str(args.world_size), "--steps", str(args.steps),
                 "--global-batch", str(args.global_batch), "--width", str(args.width)]
+        if not replace:
+            base.append("--no-replacement")
         procs = [subprocess.Popen(base + ["--worker", str(r), str(store.port), tmp]) for r in range(args.world_size)]
-        killed_at = None
-        if kill_rank >= 0:
-            # Every rank has entered the kill step (so the victim is inside it too): kill -9.
-            keys = [f"at/{args.kill_step}/{r}" for r in range(args.world_size)]
-            while not all(store.check([k]) for k in keys):
-                time.sleep(0.0005)
-            killed_at = time.monotonic()
-            procs[kill_rank].send_signal(signal.SIGKILL)
-        codes = [p.wait() for p in procs]
-        results = [json.loads((Path(tmp) / f"rank{r}.json").read_text())
-                   for r in range(args.world_size) if r != kill_rank]
+        killed_at = started_at = None
+        try:
+            if kill_rank >= 0:
+                # Every rank has entered the kill step (so the victim is inside it too): kill -9.
+                keys = [f"at/{args.kill_step}/{r}" for r in range(args.world_size)]
+                while not all(store.check([k]) for k in keys):
+                    time.sleep(0.0005)
+                killed_at = time.monotonic()
+                procs[kill_rank].send_signal(signal.SIGKILL)
+            if replace:
+                # Once the survivors have completed a step without it: the replacement, given the dead rank's rank.
+                while not store.check(["shrunk/first_step"]):
+                    time.sleep(0.0005)
+                started_at = time.monotonic()
+                procs.append(subprocess.Popen(base + ["--worker", str(kill_rank), str(store.port), tmp,
+                                                      "--replacement"]))
+            codes = [p.wait() for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        names = [f"rank{r}.json" for r in range(args.world_size) if r != kill_rank]
+        results = [json.loads((Path(tmp) / name).read_text()) for name in names]
+        joined = json.loads((Path(tmp) / f"rank{kill_rank}r.json").read_text()) if replace else None
     for r, code in enumerate(codes):
         want = -signal.SIGKILL if r == kill_rank else 0
         if code != want:
-            raise SystemExit(f"launch rank {r} exited with {code}")
-    if not all(r["params_agree"] for r in results):
-        raise SystemExit("the survivors' parameters differ")
-    if len({r["param_sum"] for r in results}) != 1:
-        raise SystemExit("the survivors' parameters differ")
+            raise SystemExit(f"{'the replacement' if r == args.world_size else f'launch rank {r}'} exited with {code}")
+    everyone = results + ([joined] if joined else [])
+    if not all(r["params_agree"] for r in everyone) or len({r["param_sum"] for r in everyone}) != 1:
+        raise SystemExit("the ranks' parameters differ")
     out = {"world_size": args.world_size, "kill_rank": kill_rank, "final_loss": results[0]["final_loss"],
            "param_sum": results[0]["param_sum"],
-           "survivors": [(r["launch_rank"], r["rank"], r["size"]) for r in results]}
+           "survivors": [(r["launch_rank"], r["shrunk_rank"], r["shrunk_size"]) for r in results],
+           "final": [(r["launch_rank"], r["rank"], r["size"]) for r in everyone]}
     if killed_at is not None:
         out["kill_to_first_shrunk_step_s"] = max(r["recovered_at"] for r in results) - killed_at
+    if joined:
+        out["replacement_start_to_full_s"] = joined["full_at"] - started_at
+        out["replacement_start_to_imported_s"] = joined["ready_at"] - started_at
+        out["replacement_init_to_full_s"] = joined["full_at"] - joined["init_at"]
+        out["replacement_start_to_first_full_step_s"] = max(r["full_step_at"] for r in everyone) - started_at
     return out
 
 
@@ -188,6 +299,13 @@ def main() -> None:
     print(f"rank {args.kill_rank} of {args.world_size} SIGKILLed in step {args.kill_step}: survivors "
           f"(launch rank, new rank, size) {run['survivors']}; first step on the shrunk group completed "
           f"{run['kill_to_first_shrunk_step_s'] * 1e3:.0f} ms after the kill; final loss {run['final_loss']:.6f}")
+    if "replacement_start_to_full_s" in run:
+        print(f"replacement for launch rank {args.kill_rank}: group back to {args.world_size} ranks "
+              f"{run['replacement_start_to_full_s'] * 1e3:.0f} ms after its start (Python and torch imported after "
+              f"{run['replacement_start_to_imported_s'] * 1e3:.0f} ms; {run['replacement_init_to_full_s'] * 1e3:.0f} "
+              f"ms after its init_process_group), first full step "
+              f"completed {run['replacement_start_to_first_full_step_s'] * 1e3:.0f} ms after its start; ranks at "
+              f"the end (launch rank, rank, size) {run['final']}")
     if args.json:
         args.json.write_text(json.dumps(record, indent=1))
 

@@ -338,8 +338,9 @@ def test_shrink_across_hosts(hosts, victim):
 
 
 def test_recovery_example(tmp_path):
-    """examples/train_ddp_shrink.py: rank 1 of 3 SIGKILLed mid-training; the survivors shrink, finish with the
-    parameters of each other (checked inside) and the loss of the run without a failure (to float rounding)."""
+    """examples/train_ddp_shrink.py: rank 1 of 3 SIGKILLed mid-training; the survivors shrink and train on, a
+    replacement joins them through reconfigure, and all three finish with each other's parameters bit for bit
+    (checked inside) and the loss of the run without a failure (to float rounding)."""
     repo = Path(__file__).resolve().parents[2]
     before = shm_entries()
     out = tmp_path / "run.json"
@@ -349,5 +350,6 @@ def test_recovery_example(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:]
     run = json.loads(out.read_text())
     assert run["shrink"]["survivors"] == [[0, 0, 2], [2, 1, 2]], run["shrink"]
+    assert run["shrink"]["final"] == [[0, 0, 3], [2, 2, 3], [1, 1, 3]], run["shrink"]
     assert abs(run["shrink"]["final_loss"] - run["reference"]["final_loss"]) < 1e-4, run
     assert_no_new_shm(before)
