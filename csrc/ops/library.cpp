@@ -1,9 +1,9 @@
 // The torch.ops.tunedist namespace: the schemas of the direct collectives (synchronous, in place, on a group named as
 // torch's functional collectives name it, or passed as c10d's own operators take it: the `.group` overloads take the
-// TorchScript object, ProcessGroup.boxed(); a plain Python ProcessGroup reaches a C++ schema as an opaque PyObject
-// in torch 2.15, so Python callers pass group.group_name or group.boxed()). Each operator's kernels are in its own
-// file. They return nothing: a custom operator that mutates its arguments and returns no alias of them is one
-// torch.compile can functionalize.
+// TorchScript object, ProcessGroup.boxed(); a plain Python ProcessGroup reaches a custom operator only as an opaque
+// Python object in torch 2.15, so the `.pg` overloads that take it are defined and run in Python, in
+// python/tunedist/ops.py). Each operator's kernels are in its own file. They return nothing: a custom operator that
+// mutates its arguments and returns no alias of them is one torch.compile can functionalize.
 #include <torch/library.h>
 
 // c10d's own operators name the ProcessGroup class this way (torch/csrc/distributed/c10d/Ops.cpp).

@@ -121,6 +121,22 @@ def _create_backend(opts, backend_options=None):
                              stable_rank=stable)
 
 
+def _torchcomms_communicator(backend):
+    """torch 2.15's split_group, with TorchComms on (the torchcomms package importable and the switch set), appends
+    ``get_comm()`` of the new group's backend to the TorchComms communicators that destroy_process_group finalizes, as
+    if every backend were TorchComms' wrapper. A ``tuned`` group is its own communicator."""
+    return backend
+
+
+def _finalize(backend) -> None:
+    """TorchComms' name for shutting a communicator down. destroy_process_group calls it on what split_group listed,
+    right before it shuts every group down (pg.shutdown()), so there is nothing left to do here."""
+
+
+_C.TunedBackend.get_comm = _torchcomms_communicator
+_C.TunedBackend.finalize = _finalize
+
+
 def nccl_compiled_in() -> bool:
     """Whether this build has the NCCL side, so that ``tuned`` serves CUDA tensors too."""
     return bool(_C.nccl_build_info()["compiled_in"])

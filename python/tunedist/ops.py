@@ -152,3 +152,41 @@ def broadcast(tensor: torch.Tensor, src: int | None = None, group=None, group_sr
         group_src = src if group is GroupMember.WORLD else dist.get_group_rank(group, src)
     _BROADCAST(tensor, group_src, name)
     return tensor
+
+
+# The operators with a plain ProcessGroup object: torch.ops.tunedist.all_reduce_(t, "sum", group). torch 2.15 hands a
+# custom operator a Python ProcessGroup only as an opaque Python object (schema type Any): c10d's own operators, and
+# the `.group` overloads here, take the TorchScript class instead (group.boxed()), which a ProcessGroup does not
+# convert to. So these `.pg` overloads take `Any`, and their kernel, in Python, passes the group's name to the
+# default overload: the same call, the same errors. The packet tries `.default` (a string) and `.group` first, so a
+# call through it pays for their two mismatches; calling `.pg` itself does not
+# (docs/performance.md#the-per-call-budget-and-the-direct-operators).
+_PG_LIB = torch.library.Library("tunedist", "FRAGMENT")
+
+
+def _define_pg_overload(name: str, schema: str, kernel) -> None:
+    _PG_LIB.define(f"{name}.pg{schema}")
+    _PG_LIB.impl(f"{name}.pg", kernel, "CompositeImplicitAutograd")
+
+
+def _all_reduce_pg(tensor, op, group):
+    _ALL_REDUCE(tensor, op, _group_name(group, "all_reduce_"))
+
+
+def _all_gather_pg(output, input, group):
+    _ALL_GATHER(output, input, _group_name(group, "all_gather_into_tensor_"))
+
+
+def _reduce_scatter_pg(output, input, op, group):
+    _REDUCE_SCATTER(output, input, op, _group_name(group, "reduce_scatter_tensor_"))
+
+
+def _broadcast_pg(tensor, group_src, group):
+    _BROADCAST(tensor, group_src, _group_name(group, "broadcast_"))
+
+
+_define_pg_overload("all_reduce_", "(Tensor(a!) tensor, str op, Any group) -> ()", _all_reduce_pg)
+_define_pg_overload("all_gather_into_tensor_", "(Tensor(a!) output, Tensor input, Any group) -> ()", _all_gather_pg)
+_define_pg_overload("reduce_scatter_tensor_", "(Tensor(a!) output, Tensor input, str op, Any group) -> ()",
+                    _reduce_scatter_pg)
+_define_pg_overload("broadcast_", "(Tensor(a!) tensor, int group_src, Any group) -> ()", _broadcast_pg)

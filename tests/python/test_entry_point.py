@@ -1,5 +1,7 @@
 """``tuned`` without ``import tunedist``: torch finds it through the ``torch.distributed.backends`` entry point, as a
-user's script under torchrun would; and TorchComms mode, which lets plugin backends fall through on this torch.
+user's script under torchrun would; and TorchComms mode, which lets plugin backends fall through on this torch: with
+TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 and the torchcomms package absent (torch then ignores the variable) or importable
+(tests/python/standins/torchcomms: the names torch imports from it; torch's own code then routes each group).
 
 Each torchrun test starts a real torchrun with a script that never imports tunedist; each rank writes its findings to a
 file."""
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,6 +43,7 @@ _SCRIPT = textwrap.dedent('''
     dist.init_process_group(backend)
     rank, w = dist.get_rank(), dist.get_world_size()
     out = {"rank": rank, "imported_before_init": before, "imported_after_init": "tunedist" in sys.modules,
+           "torchcomms_on": dist.distributed_c10d._use_torchcomms_enabled(),
            "backend": dist.get_backend(), "cpu_backend": dist.group.WORLD._get_backend(torch.device("cpu")).name()}
     t = torch.full((1001,), float(rank + 1))
     dist.all_reduce(t)
@@ -48,7 +52,7 @@ _SCRIPT = textwrap.dedent('''
     u = torch.full((7,), float(rank + 1))
     dist.all_reduce(u, group=sub, op=dist.ReduceOp.MAX)
     out["new_group"] = [dist.get_backend(sub), u.unique().tolist()]
-    # gather: non-destination ranks pass no list (torch hands the backend [] or, under TorchComms, [[]])
+    # gather: non-destination ranks pass no list (torch hands the backend [] or, with TorchComms on, [[]])
     g = [torch.empty(3) for _ in range(w)] if rank == 0 else None
     dist.gather(torch.full((3,), float(rank)), g, dst=0)
     out["gather"] = [x[0].item() for x in g] if g is not None else None
@@ -69,6 +73,7 @@ _SCRIPT = textwrap.dedent('''
         m = torch.ones(5)
         dist.all_reduce(m, group=mesh.get_group("dp"))
         out["mesh"] = [dist.get_backend(mesh.get_group("dp")), m.unique().tolist()]
+    # with TorchComms on, destroy_process_group finalizes what split_group listed as TorchComms communicators
     dist.destroy_process_group()
     with open(f"{sys.argv[2]}/rank{rank}.json", "w") as f:  # a file per rank: lines on a shared stdout interleave
         json.dump(out, f)
@@ -120,13 +125,23 @@ def test_torchrun_script_with_a_device_string(tmp_path):
                   "cpu:tuned,cuda:nccl" if torch.cuda.is_available() else "cpu:tuned")
 
 
+STANDINS = Path(__file__).resolve().parent / "standins"
+
+
 @needs_lookup
-def test_torchrun_script_with_torchcomms_variable(tmp_path):
-    results = _torchrun(tmp_path, "torchcomms", TORCH_DISTRIBUTED_USE_TORCHCOMMS="1")
+@pytest.mark.parametrize("importable", [False, True], ids=["torchcomms-absent", "torchcomms-importable"])
+def test_torchrun_script_with_torchcomms_variable(tmp_path, importable):
+    env = {"TORCH_DISTRIBUTED_USE_TORCHCOMMS": "1"}
+    if importable:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STANDINS), os.environ.get("PYTHONPATH")]))
+    results = _torchrun(tmp_path, "torchcomms", **env)
     _check_common(results, "tuned")
     w = len(results)
     assert results[0]["gather_nested_empty"] == [10.0 + p for p in range(w)]
     for r in results:
+        # importable: torch's TorchComms mode is on, and gather's [[]], split_group's get_comm() and the
+        # finalize at destroy_process_group all reached the `tuned` groups; absent: torch ignored the variable
+        assert r["torchcomms_on"] is importable, r
         assert r["split"] == ["tuned", 1, [float(r["rank"] + 1)]], r
         assert r["mesh"] == ["tuned", [float(w)]], r
 

@@ -1,7 +1,7 @@
 """The group-wide surfaces torch reaches on a backend: on-completion hooks (pg._register_on_completion_hook), ephemeral
 timeouts (_add_ephemeral_timeout_for_all_pgs, against a deliberately late rank), the error state (get_error after a
-dead peer and after mismatched calls), and the torch.ops.tunedist operators taking a ProcessGroup (its TorchScript
-object, ProcessGroup.boxed(), as c10d's own operators take it)."""
+dead peer and after mismatched calls), and the torch.ops.tunedist operators taking a ProcessGroup (the plain Python
+object, and its TorchScript object, ProcessGroup.boxed(), as c10d's own operators take it)."""
 
 from __future__ import annotations
 
@@ -137,6 +137,21 @@ def _ops_with_group_objects(rank: int, world: int) -> dict:
     # The `.group` overloads take the group as c10d's own operators do: the TorchScript object (ProcessGroup.boxed()).
     sub = dist.new_group(list(range(world)))
     got = {}
+    # The plain ProcessGroup object (the `.pg` overloads): each operator, through the packet and by name.
+    p = torch.full((7,), float(rank + 1))
+    torch.ops.tunedist.all_reduce_(p, "sum", sub)
+    torch.ops.tunedist.all_reduce_.pg(p, "sum", dist.group.WORLD)
+    got["pg_all_reduce"] = p.unique().tolist()
+    pg_out = torch.empty(world * 2)
+    torch.ops.tunedist.all_gather_into_tensor_(pg_out, torch.full((2,), float(rank)), sub)
+    got["pg_all_gather"] = pg_out.tolist()
+    pg_rs = torch.empty(2)
+    torch.ops.tunedist.reduce_scatter_tensor_(pg_rs, torch.ones(world * 2), "max", dist.group.WORLD)
+    got["pg_reduce_scatter"] = pg_rs.tolist()
+    pg_b = torch.full((3,), float(rank))
+    torch.ops.tunedist.broadcast_(pg_b, 1, sub)
+    got["pg_broadcast"] = pg_b.tolist()
+    got["pg_not_a_group"], _ = expect_error(torch.ops.tunedist.all_reduce_, p, "sum", 17, expected=ValueError)
     t = torch.full((1001,), float(rank + 1))
     torch.ops.tunedist.all_reduce_(t, "sum", sub.boxed())
     got["all_reduce"] = t.unique().tolist()
@@ -163,3 +178,8 @@ def test_direct_operators_take_a_process_group():
         assert r["all_gather"] == [float(p) for p in range(w) for _ in range(3)], r
         assert r["reduce_scatter"] == [float(w * (3 * rank + k)) for k in range(3)], r
         assert r["broadcast"] == [float(w - 1)] * 4, r
+        assert r["pg_all_reduce"] == [float(w * w * (w + 1) / 2)], r
+        assert r["pg_all_gather"] == [float(p) for p in range(w) for _ in range(2)], r
+        assert r["pg_reduce_scatter"] == [1.0, 1.0], r
+        assert r["pg_broadcast"] == [1.0] * 3, r
+        assert "is not a live process group" in r["pg_not_a_group"], r
