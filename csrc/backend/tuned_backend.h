@@ -175,6 +175,14 @@ class TunedBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reconfigureCpuSide(const c10d::ReconfigureOptions& opts);
 #endif
 
+#ifdef C10D_BACKEND_HAS_WINDOW
+  // One-sided windows (windows.cpp): a CUDA tensor's window is the NCCL side's, where that backend offers windows,
+  // and refused naming it otherwise; every other call is the CPU side's (CpuBackend::new_window: a window over the
+  // symmetric heap, offered where every rank is on this host).
+  bool supportsWindow() const override;
+  c10::intrusive_ptr<c10d::Window> new_window(const std::optional<at::Tensor>& tensor = std::nullopt) override;
+#endif
+
   // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
   cpu::CpuBackend& cpu() { return *cpu_; }
   // The NCCL side if it was created (for tests and tools), else null.

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "backend/cpu/symm_mem/allocator.h"
 #include "backend/tuned_backend.h"
 #include "kernels/reduce.h"
 #include "python/hooks_bindings.h"
@@ -224,6 +225,8 @@ void bindModule(py::module& m) {
         return tunedBackend(backend, "is_symmetric").cpu().isSymmetric(t);
       },
       py::arg("backend"), py::arg("tensor"));
+  m.def("register_symmetric_memory_allocator", &tunedist::cpu::symm_mem::registerAllocator,
+        "Registers tunedist's CPU allocator with torch.distributed._symmetric_memory (tuned groups' heaps).");
   m.def(
       "symmetric_heap_stats",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) {

@@ -16,6 +16,7 @@ const char* opCodeName(OpCode op) {
     case OpCode::kReduceScatter: return "reduce_scatter";
     case OpCode::kAlltoall: return "all_to_all";
     case OpCode::kBarrier: return "barrier";
+    case OpCode::kSymmetricExchange: return "symmetric_rendezvous";
   }
   return "unknown-op";
 }

@@ -20,6 +20,8 @@ enum class OpCode : uint32_t {
   kReduceScatter,
   kAlltoall,
   kBarrier,
+  // torch's symm_mem.rendezvous and c10d windows: every rank's buffer of one symmetric allocation (count: its bytes).
+  kSymmetricExchange,
 };
 const char* opCodeName(OpCode op);
 

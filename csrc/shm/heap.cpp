@@ -117,6 +117,12 @@ void SymmetricHeap::free(void* ptr) noexcept {
   blocks.emplace(offset, bytes);
 }
 
+size_t SymmetricHeap::blockBytes(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+  return it == live_.end() ? 0 : it->second.bytes;
+}
+
 bool SymmetricHeap::locate(const void* ptr, size_t bytes, HeapRef* ref) const {
   if (empty() || ptr == nullptr) {
     return false;

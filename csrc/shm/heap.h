@@ -81,6 +81,8 @@ class SymmetricHeap {
   // Whether [ptr, ptr + bytes) lies inside one chunk; sets *ref when it does. Lock-free when the heap is empty.
   bool locate(const void* ptr, size_t bytes, HeapRef* ref) const;
   bool empty() const { return chunkCount_.load(std::memory_order_acquire) == 0; }
+  // The bytes of the live block that starts at `ptr` (its request rounded to kAlignment), or 0 when no block does.
+  size_t blockBytes(const void* ptr) const;
 
   // Chunks created so far (index order never changes) and their names and sizes, for the group's HeapTable.
   size_t chunkCount() const { return chunkCount_.load(std::memory_order_acquire); }

@@ -56,6 +56,9 @@ def _load_native():
 
 
 _C = _load_native()
+# torch.distributed._symmetric_memory on CPU tensors: empty, rendezvous and the symm_mem operators over the tuned
+# groups' symmetric heaps (docs/design.md#torchs-symmetric-memory-and-windows-on-cpu).
+_C.register_symmetric_memory_allocator()
 
 from .ops import all_gather_into_tensor, all_reduce, broadcast, reduce_scatter_tensor  # noqa: E402  (needs _C's operators)
 

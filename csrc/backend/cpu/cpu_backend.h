@@ -31,6 +31,7 @@
 #include "backend/engine/host_p2p.h"
 #include "core/options.h"
 #include "shm/heap.h"
+#include "shm/zero_copy/zero_copy.h"
 #include "topology/host_topology.h"
 #include "tunedist/tunedist.h"
 
@@ -170,10 +171,22 @@ class CpuBackend : public c10d::Backend {
   // collectives run zero-copy when every rank's buffer is one (FSDP2's set_allocate_memory_from_process_group_for_comm,
   // tunedist.symmetric_empty). The heap outlives the group while such tensors live.
   bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override { return deviceIdx < 0; }
+#ifdef C10D_BACKEND_HAS_WINDOW
+  // One-sided windows of CPU tensors over the symmetric heap, where every rank is on this host (window.cpp).
+  bool supportsWindow() const override;
+  c10::intrusive_ptr<c10d::Window> new_window(const std::optional<at::Tensor>& tensor = std::nullopt) override;
+#endif
   at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
   // Whether `t`'s bytes lie in this rank's symmetric heap.
   bool isSymmetric(const at::Tensor& t) const;
   shm::HeapStats heapStats() const { return heap_->stats(); }
+  // This rank's heap, for torch's symmetric-memory allocator (backend/cpu/symm_mem/), which hands out its blocks.
+  const std::shared_ptr<shm::SymmetricHeap>& heap() const { return heap_; }
+  // Collective, ordered with the group's other operations: every rank's `bytes` at `ptr` (in its heap), mapped here
+  // (torch's symm_mem.rendezvous and c10d windows, backend/cpu/symm_mem/). Refused, failing the group so peers do
+  // not wait, when `ptr` is not in this rank's heap; refused on a group that spans hosts.
+  shm::zero_copy::SymmetricPeers exchangeSymmetric(const char* op, const char* title, void* ptr, size_t bytes,
+                                                   std::chrono::milliseconds timeout);
   // The least buffer that may run zero-copy in a one-host group (groups spanning hosts always copy): from there the
   // group measures the path, or with TUNEDIST_SYMMETRIC_MIN_BYTES set, runs zero-copy.
   size_t symmetricMinBytes() const { return options().shm.zeroCopyMinBytes(); }

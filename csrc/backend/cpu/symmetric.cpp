@@ -1,6 +1,7 @@
 // Symmetric buffers: tensors from this rank's symmetric heap (shm/heap.h), for FSDP2's staging buffers and for users
 // who call collectives on their own buffers (tunedist.symmetric_empty).
 #include "backend/cpu/cpu_backend.h"
+#include "backend/engine/symmetric_host.h"
 
 namespace tunedist::cpu {
 
@@ -35,6 +36,33 @@ bool CpuBackend::isSymmetric(const at::Tensor& t) const {
   const char* first = static_cast<const char*>(t.data_ptr()) + lo * int64_t(t.element_size());
   shm::HeapRef ref;
   return heap_->locate(first, size_t(hi - lo + 1) * t.element_size(), &ref);
+}
+
+shm::zero_copy::SymmetricPeers CpuBackend::exchangeSymmetric(const char* op, const char* title, void* ptr, size_t bytes,
+                                                             std::chrono::milliseconds timeout) {
+  shm::HeapRef ref;
+  guardCall(op, [&] {
+    TORCH_CHECK(bytes > 0 && heap_->locate(ptr, bytes, &ref), "the tensor (", bytes,
+                " bytes) is not in this rank's symmetric heap of the group: allocate it from this group's heap "
+                "(torch.distributed._symmetric_memory.empty for the default group; for another, "
+                "_SymmetricMemory.empty_strided_p2p(..., group_name) or tunedist.symmetric_empty(..., group=))");
+  });
+  shm::zero_copy::SymmetricPeers peers;
+  auto work = launch(c10d::OpType::UNKNOWN, title, {}, {}, /*asyncOp=*/false, timeout, bytes,
+                     [&](engine::HostCollectives& engine, const core::OpContext& ctx) {
+                       auto* host = dynamic_cast<engine::SymmetricHost*>(&engine);
+                       if (host == nullptr) {
+                         throw core::Error(core::detail::str(
+                             ctx.name,
+                             ": the group spans several hosts; symmetric memory and windows need every "
+                             "rank on one host, where each maps its peers' memory"));
+                       }
+                       peers = host->exchangeSymmetric(ctx, ptr, ref, bytes);
+                     });
+  if (work) {
+    work->wait();
+  }
+  return peers;
 }
 
 }  // namespace tunedist::cpu

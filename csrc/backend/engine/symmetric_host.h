@@ -46,6 +46,12 @@ class SymmetricHost final : public HostCollectives {
   size_t reservedShmBytes() const override { return copying_.reservedShmBytes(); }
   const shm::ShmComm& hostComm() const override { return copying_.hostComm(); }
 
+  // Collective: every rank's `bytes` at `ptr` (in its symmetric heap at `ref`), mapped here: the rendezvous of
+  // torch's symmetric memory and of c10d windows (backend/cpu/symm_mem/). Only this engine offers it: the ranks of
+  // a group that spans hosts cannot map each other's memory.
+  shm::zero_copy::SymmetricPeers exchangeSymmetric(const core::OpContext& ctx, void* ptr, shm::HeapRef ref,
+                                                   size_t bytes);
+
  private:
   // Where [ptr, ptr + bytes) sits in our heap, when it does and the operation reaches `minBytes`
   // (ZeroCopyCollectives::accepts).

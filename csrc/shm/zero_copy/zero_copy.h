@@ -31,6 +31,14 @@ class Rounds;
 
 namespace tunedist::shm::zero_copy {
 
+// Every rank's buffer of one symmetric allocation, mapped in this process (torch's symm_mem.rendezvous, c10d
+// windows): bases[p] is rank p's, valid while the group's communicator lives. `segment` is the group's, for waits
+// on signals in those buffers (liveness, abort).
+struct SymmetricPeers {
+  std::vector<char*> bases;
+  GroupSegment* segment = nullptr;
+};
+
 class ZeroCopyCollectives final : public GroupListener {
  public:
   // `heap` is this rank's symmetric heap; `rounds` outlives this object.
@@ -58,6 +66,9 @@ class ZeroCopyCollectives final : public GroupListener {
   void reduceScatter(const core::OpContext& ctx, const void* in, HeapRef inRef, void* out, size_t count,
                      const kernels::ReduceArgs& args);
   void broadcast(const core::OpContext& ctx, void* buf, HeapRef ref, size_t bytes, int root);
+  // Collective: every rank's `bytes`-long buffer in its heap (ours at `buf`, `ref`), mapped here (exchange.cpp).
+  // Ranks whose sizes differ fail the group, naming them.
+  SymmetricPeers exchange(const core::OpContext& ctx, void* buf, HeapRef ref, size_t bytes);
 
   // An operation of `op` moving `bytes` that runs on the copying path here because this rank's buffer does not qualify
   // (accepts() said no, or not consecutive): its chooser counts it as every rank counts it, so the probe schedules stay
