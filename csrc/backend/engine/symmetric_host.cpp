@@ -69,8 +69,8 @@ void SymmetricHost::reduceScatter(const core::OpContext& ctx, const std::vector<
   }
 }
 
-shm::zero_copy::SymmetricPeers SymmetricHost::exchangeSymmetric(const core::OpContext& ctx, void* ptr,
-                                                                shm::HeapRef ref, size_t bytes) {
+shm::zero_copy::SymmetricPeers SymmetricHost::exchangeSymmetric(const core::OpContext& ctx, void* ptr, shm::HeapRef ref,
+                                                                size_t bytes) {
   TD_ASSERT(zeroCopy_ != nullptr, "a one-host engine without zero-copy collectives");
   return zeroCopy_->exchange(ctx, ptr, ref, bytes);
 }
