@@ -43,13 +43,15 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::shrink(const std::vector<int64_t
   TORCH_CHECK(!cpu_->isShutDown() || (shrinkFlags & kShrinkAbort), "tunedist: shrink on rank ", rank_,
               ": the process group was shut down or aborted");
 
-  Options child{cpu_->options(), onNcclCreated_};
+  Options child{cpu_->options(), onNcclCreated_, ncclFactory_};
   child.stableRank = stableRank_;
   child.reconfigureStore = groupStore_;
   if (optsOverride && optsOverride->timeout.count() > 0) {
     child.cpu.timeout = optsOverride->timeout;
   }
   const uint64_t n = shrinks_++;
+  // The NCCL side shrinks itself where it can (before an abort would tear its communicator down).
+  c10::intrusive_ptr<c10d::Backend> ncclChild = shrinkNcclSide(ranksToExclude, shrinkFlags, optsOverride);
   if (shrinkFlags & kShrinkAbort) {
     // Whatever was in flight in this group fails now (its hooks run first); the new group shares nothing with it.
     abort();
@@ -70,13 +72,21 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::shrink(const std::vector<int64_t
     base = store_;  // a store without clone() (HashStore): shared
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix + "/", base);
-  return c10::make_intrusive<TunedBackend>(store, newRank, newSize, std::move(child));
+  auto shrunk = c10::make_intrusive<TunedBackend>(store, newRank, newSize, std::move(child));
+  if (ncclChild) {
+    shrunk->nccl_.adopt(std::move(ncclChild));
+  }
+  return shrunk;
 }
 
 void TunedBackend::registerAbortHook(int64_t hookId, c10d::AbortHook hook) {
-  abortHooks_->add(hookId, std::move(hook), rank_);
+  abortHooks_->add(hookId, hook, rank_);
+  forwardAbortHook(hookId, std::move(hook));
 }
 
-void TunedBackend::unregisterAbortHook(int64_t hookId) { abortHooks_->remove(hookId); }
+void TunedBackend::unregisterAbortHook(int64_t hookId) {
+  abortHooks_->remove(hookId);
+  forwardAbortHookRemoval(hookId);
+}
 
 }  // namespace tunedist

@@ -20,8 +20,9 @@
 //   4. Then the group switches: rank and size are the new ones, the old CPU side is aborted and released (whatever
 //      it still had in flight fails; its shared-memory segments, rings, heap chunk names and gloo groups between
 //      hosts go with it), and the new one builds its engines at its first operation as a new group does. The NCCL
-//      side is made for the new members at their first CUDA call; a group whose NCCL side exists is refused
-//      before anything changes: the ProcessGroupNCCL it wraps cannot take new members in place.
+//      side is made for the new members at their first CUDA call. Once it exists, each member's handle is
+//      "tuned2:<bytes>:<CPU handle><NCCL handle>" and the NCCL side is reconfigured from its parts too (nccl2 can;
+//      the classic ProcessGroupNCCL cannot, and such a group refuses before anything changes).
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -32,6 +33,7 @@
 #include <random>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -97,8 +99,12 @@ Member parseHandle(const std::string& handle, int rank) {
   }
 }
 
-// The members in their new rank order: a list by position, a set by stable rank (then by handle, for two
-// processes that joined with the same rank).
+// The order of a set of members: by stable rank, then by handle (two processes that joined with the same rank).
+bool bySetOrder(const Member& a, const Member& b) {
+  return a.stableRank != b.stableRank ? a.stableRank < b.stableRank : a.handle < b.handle;
+}
+
+// The members in their new rank order: a list by position, a set by stable rank (bySetOrder).
 std::vector<Member> orderedMembers(const c10d::ReconfigureOptions& opts, int rank) {
   std::vector<Member> members;
   std::visit(
@@ -110,9 +116,7 @@ std::vector<Member> orderedMembers(const c10d::ReconfigureOptions& opts, int ran
       opts.handles);
   TORCH_CHECK(!members.empty(), "tunedist: reconfigure on rank ", rank, ": no handles; pass every member's handle");
   if (std::holds_alternative<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles)) {
-    std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
-      return a.stableRank != b.stableRank ? a.stableRank < b.stableRank : a.handle < b.handle;
-    });
+    std::sort(members.begin(), members.end(), bySetOrder);
   }
   std::unordered_set<uint64_t> instances;
   for (const Member& m : members) {
@@ -156,26 +160,129 @@ void claimUuid(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<M
               " was used already (claimed by ", claimedBy, "); every reconfigure needs a fresh uuid");
 }
 
-c10::intrusive_ptr<c10d::Work> completedWork() {
-  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                         std::vector<at::Device>{});
-  future->markCompleted(c10::IValue(std::vector<at::Tensor>()));
-  return c10d::Work::create_from_future(future);
+// A group with an NCCL side hands out one handle for both sides: "tuned2:<bytes of the CPU handle>:<CPU handle>"
+// followed by the NCCL side's handle. Each side is re-formed from its own part of every member's handle.
+constexpr char kBothSides[] = "tuned2:";
+
+c10d::ReconfigureHandle joinHandles(const std::string& cpu, const std::string& cuda) {
+  return kBothSides + std::to_string(cpu.size()) + ":" + cpu + cuda;
 }
+
+// Splits one member's handle into its CPU and CUDA parts; a handle without both parts is refused by name.
+std::pair<std::string, std::string> splitHandle(const std::string& handle, int rank) {
+  const size_t head = sizeof(kBothSides) - 1;
+  const size_t colon = handle.compare(0, head, kBothSides) == 0 ? handle.find(':', head) : std::string::npos;
+  size_t cpuBytes = 0;
+  bool ok = colon != std::string::npos;
+  if (ok) {
+    try {
+      cpuBytes = std::stoul(handle.substr(head, colon - head));
+    } catch (const std::logic_error&) {
+      ok = false;
+    }
+  }
+  TORCH_CHECK(ok && colon + 1 + cpuBytes <= handle.size(), "tunedist: reconfigure on rank ", rank, ": handle '", handle,
+              "' has no CUDA part, and this group's NCCL side exists; every member's group must have its CUDA side "
+              "when the handles are taken (bind each group to its CUDA device: init_process_group(device_id=...))");
+  return {handle.substr(colon + 1, cpuBytes), handle.substr(colon + 1 + cpuBytes)};
+}
+
+// One Work for both sides' reconfigure: done when both are.
+class BothSidesWork : public c10d::Work {
+ public:
+  BothSidesWork(int rank, c10::intrusive_ptr<c10d::Work> cpu, c10::intrusive_ptr<c10d::Work> cuda)
+      : c10d::Work(rank, c10d::OpType::UNKNOWN, "tuned:reconfigure"), cpu_(std::move(cpu)), cuda_(std::move(cuda)) {}
+  bool isCompleted() override { return cpu_->isCompleted() && cuda_->isCompleted(); }
+  bool isSuccess() const override { return cpu_->isSuccess() && cuda_->isSuccess(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    const bool cpuDone = cpu_->wait(timeout);
+    return cuda_->wait(timeout) && cpuDone;
+  }
+  void abort() override {
+    cpu_->abort();
+    cuda_->abort();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> cpu_, cuda_;
+};
+
+// The Work of the CPU side's reconfigure, which is done when the call returns. Not Work::create_from_future: that
+// Work refuses wait() with a timeout, which torch's Python Work.wait(timeout) passes.
+class CompletedWork : public c10d::Work {
+ public:
+  explicit CompletedWork(int rank)
+      : c10d::Work(rank, c10d::OpType::UNKNOWN, "tuned:reconfigure"),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<at::Device>{})) {
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>()));
+    finish();
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
 
 }  // namespace
 
-c10d::ReconfigureHandle TunedBackend::get_reconfigure_handle() const { return cpuReconfigureHandle(); }
+bool TunedBackend::supportsReconfigure() const {
+  auto nccl = nccl_.existing();
+  return !nccl || nccl->supportsReconfigure();
+}
+
+c10d::ReconfigureHandle TunedBackend::get_reconfigure_handle() const {
+  auto nccl = nccl_.existing();
+  if (!nccl) {
+    return cpuReconfigureHandle();
+  }
+  return joinHandles(cpuReconfigureHandle(), nccl->get_reconfigure_handle());
+}
 
 c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigure(const c10d::ReconfigureOptions& opts) {
-  if (auto nccl = nccl_.existing()) {
-    TORCH_CHECK(false, "tunedist: reconfigure on rank ", rank_,
-                ": this group has run CUDA operations, and its NCCL side (", nccl->getBackendName(),
-                ", supports_reconfigure=", nccl->supportsReconfigure() ? "True" : "False",
-                ") cannot be carried over to new members: `tuned`'s handles carry no NCCL handles. Reconfigure a "
-                "group before its first CUDA operation, or keep CUDA tensors on a group of their own");
+  auto nccl = nccl_.existing();
+  if (!nccl) {
+    return reconfigureCpuSide(opts);
   }
-  return reconfigureCpuSide(opts);
+  TORCH_CHECK(nccl->supportsReconfigure(), "tunedist: reconfigure on rank ", rank_,
+              ": this group has run CUDA operations, and its NCCL side (", nccl->getBackendName(),
+              ", supports_reconfigure=False) cannot take new members in place. Reconfigure a group before its first "
+              "CUDA operation, keep CUDA tensors on a group of their own, or use torch's nccl2 backend (the default "
+              "for \"nccl\" on torch 2.15)");
+  // Both sides get the members in one order, as a list: two sides that ordered a set on their own could give one
+  // process two different ranks. A set is ordered as the CPU side orders one (by stable rank).
+  std::vector<std::pair<std::string, std::string>> parts;
+  std::visit(
+      [&](const auto& handles) {
+        for (const auto& h : handles) {
+          parts.push_back(splitHandle(h, rank_));
+        }
+      },
+      opts.handles);
+  if (std::holds_alternative<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles)) {
+    std::vector<std::pair<Member, size_t>> order;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      order.emplace_back(parseHandle(parts[i].first, rank_), i);
+    }
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return bySetOrder(a.first, b.first); });
+    std::vector<std::pair<std::string, std::string>> sorted;
+    for (const auto& [member, i] : order) {
+      sorted.push_back(std::move(parts[i]));
+    }
+    parts = std::move(sorted);
+  }
+  std::vector<c10d::ReconfigureHandle> cpuHandles, cudaHandles;
+  for (auto& [cpu, cuda] : parts) {
+    cpuHandles.push_back(std::move(cpu));
+    cudaHandles.push_back(std::move(cuda));
+  }
+  c10d::ReconfigureOptions cpuOpts = opts;
+  c10d::ReconfigureOptions cudaOpts = opts;
+  cpuOpts.handles = std::move(cpuHandles);
+  cudaOpts.handles = std::move(cudaHandles);
+  auto cpuWork = reconfigureCpuSide(cpuOpts);  // first: it checks this process's handle, the uuid and the members
+  auto cudaWork = nccl->reconfigure(cudaOpts);
+  return c10::make_intrusive<BothSidesWork>(rank_, std::move(cpuWork), std::move(cudaWork));
 }
 
 c10d::ReconfigureHandle TunedBackend::cpuReconfigureHandle() const {
@@ -249,7 +356,7 @@ c10::intrusive_ptr<c10d::Work> TunedBackend::reconfigureCpuSide(const c10d::Reco
   }
   awaitingMembers_.store(false);
   old->abort();
-  return completedWork();
+  return c10::make_intrusive<CompletedWork>(newRank);
 }
 
 #endif  // C10D_BACKEND_HAS_RECONFIGURE

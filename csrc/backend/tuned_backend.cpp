@@ -34,7 +34,7 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<
                                                        std::chrono::milliseconds timeout,
                                                        cuda::NcclSide::CreatedHook onNcclCreated,
                                                        engine::hier::GlooFactory glooFactory, bool enableReconfigure,
-                                                       int64_t stableRank) {
+                                                       int64_t stableRank, cuda::NcclSide::Factory ncclFactory) {
   Options options;
   options.enableReconfigure = enableReconfigure;
   options.stableRank = stableRank;
@@ -43,6 +43,7 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::create(const c10::intrusive_ptr<
   }
   options.onNcclCreated = std::move(onNcclCreated);
   options.cpu.glooFactory = std::move(glooFactory);
+  options.ncclFactory = std::move(ncclFactory);
   return c10::make_intrusive<TunedBackend>(store, rank, size, std::move(options));
 }
 
@@ -60,6 +61,7 @@ uint64_t randomInstanceId() {
 TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options)
     : c10d::Backend(rank, size),
       onNcclCreated_(options.onNcclCreated),
+      ncclFactory_(options.ncclFactory),
       groupStore_(options.reconfigureStore ? options.reconfigureStore : store),
       store_(options.enableReconfigure ? c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::HashStore>())
                                        : store),
@@ -67,7 +69,8 @@ TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
       stableRank_(options.stableRank >= 0 ? options.stableRank : rank),
       instanceId_(randomInstanceId()),
       cpu_(c10::make_intrusive<cpu::CpuBackend>(store_, rank, size, std::move(options.cpu))),
-      nccl_(store_, rank, size, cuda::NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_}) {
+      nccl_(store_, rank, size,
+            cuda::NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_, ncclFactory_}) {
 #ifndef C10D_BACKEND_HAS_RECONFIGURE
   TORCH_CHECK(!options.enableReconfigure, "tunedist: rank ", rank, ": enable_reconfigure needs a torch whose c10d ",
               "has reconfigure (2.15 or later)");
@@ -86,7 +89,7 @@ c10d::Backend& TunedBackend::cudaSide(const char* op, const cuda::DeviceScan& sc
     TORCH_CHECK(!scan.cpu,
                 "mixes CPU and CUDA tensors; one call runs on one device type, so move all its tensors "
                 "to the same device");
-    nccl = &nccl_.get(getBoundDeviceId());
+    nccl = &nccl_.get(getBoundDeviceId(), getGroupDesc());
     {
       std::lock_guard<std::mutex> lock(mutex_);
       startCoalescing = coalescing_ && !ncclCoalescing_;
@@ -280,7 +283,7 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::split(const c10::intrusive_ptr<c
   requireMembers("split");
   TORCH_CHECK(!cpu_->isShutDown(), "tunedist: split on rank ", rank_,
               ": the parent process group was shut down or aborted");
-  Options child{cpu_->options(), onNcclCreated_};
+  Options child{cpu_->options(), onNcclCreated_, ncclFactory_};
   child.stableRank = stableRank_;
   if (opts && opts->timeout.count() > 0) {
     child.cpu.timeout = opts->timeout;
@@ -297,14 +300,6 @@ void TunedBackend::setGroupUid(const std::string& pgUid) {
   c10d::Backend::setGroupUid(pgUid);
   cpu_->setGroupUid(pgUid);
   nccl_.setGroupUid(pgUid);
-}
-
-at::Tensor TunedBackend::allocateTensor(long size, at::TensorOptions options) {
-  requireMembers("allocate_tensor");
-  TORCH_CHECK(!options.has_device() || options.device().is_cpu(), "tunedist: allocate_tensor on rank ", rank_,
-              ": `tuned` allocates symmetric buffers for CPU tensors only, got device ", options.device(),
-              " (supports_tensor_alloc is False for CUDA devices: FSDP2 then allocates with torch.empty)");
-  return cpu_->allocateTensor(size, options);
 }
 
 void TunedBackend::abort() {

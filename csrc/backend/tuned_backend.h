@@ -1,7 +1,8 @@
 // TunedBackend: the `tuned` c10d backend. It routes each call, whole, by the device of its tensors, as torch's
 // ProcessGroup keeps one backend per device type:
 //   CPU tensors   -> CpuBackend (backend/cpu/): shared memory among the ranks of a host, gloo between hosts.
-//   CUDA tensors  -> NcclSide (backend/cuda/): torch's own ProcessGroupNCCL, created at the first CUDA call.
+//   CUDA tensors  -> NcclSide (backend/cuda/): the backend torch makes for "nccl" (nccl2 on torch 2.15), created at
+//                    the first CUDA call; every c10d call it supports is forwarded (tuned_backend_cuda.cpp).
 // A call that mixes CPU and CUDA tensors is refused (and, for a collective, fails the CPU group so the peers do not
 // wait for this rank). The router also keeps what spans both sides: coalescing blocks, timeouts, abort, split,
 // and the group's membership, which reconfigure (reconfigure.cpp) replaces with a new set of processes.
@@ -31,6 +32,8 @@ class TunedBackend : public c10d::Backend {
     cpu::CpuBackend::Options cpu;
     // Called when the NCCL side is created (the Python module logs NCCL's settings there).
     cuda::NcclSide::CreatedHook onNcclCreated;
+    // Makes the NCCL side's backend (the Python module: torch's creator for "nccl"); empty: createNcclBackend.
+    cuda::NcclSide::Factory ncclFactory;
     // init_process_group(enable_reconfigure=True): the group has no members until reconfigure() names them, and
     // every operation before that is refused.
     bool enableReconfigure = false;
@@ -46,7 +49,8 @@ class TunedBackend : public c10d::Backend {
                                                   std::chrono::milliseconds timeout,
                                                   cuda::NcclSide::CreatedHook onNcclCreated = {},
                                                   engine::hier::GlooFactory glooFactory = nullptr,
-                                                  bool enableReconfigure = false, int64_t stableRank = -1);
+                                                  bool enableReconfigure = false, int64_t stableRank = -1,
+                                                  cuda::NcclSide::Factory ncclFactory = nullptr);
 
   TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
   ~TunedBackend() override;
@@ -115,8 +119,9 @@ class TunedBackend : public c10d::Backend {
   // dist.split_group and DeviceMesh with a bound device split the parent group: the child is a TunedBackend over
   // the store torch hands over (members only; its engines and NCCL side are made lazily, like a new group's).
   bool supportsSplitting() const override { return true; }
-  // Symmetric buffers for CPU tensors (cpu::CpuBackend::allocateTensor); CUDA tensors get none from `tuned`.
-  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override { return cpu_->supportsTensorAlloc(deviceIdx); }
+  // Symmetric buffers: for CPU tensors the CPU side's (cpu::CpuBackend::allocateTensor), for a CUDA device the NCCL
+  // side's (tuned_backend_cuda.cpp).
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override;
   at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
@@ -132,9 +137,9 @@ class TunedBackend : public c10d::Backend {
   // side's first failure, else the NCCL side's.
   void addEphemeralTimeout(const std::chrono::milliseconds& extra) override;
   c10d::ErrorType getError() override;
-  void enableCollectivesTiming() override {}
-  // pg._register_on_completion_hook: the CPU side's operations, and the NCCL side's where the wrapped backend takes
-  // the hook (torch's legacy ProcessGroupNCCL does with TORCH_NCCL_ENABLE_TIMING=1; a refusal is logged once).
+  // pg._register_on_completion_hook: the CPU side's operations, and the NCCL side's where that backend takes the
+  // hook (the classic ProcessGroupNCCL does, with TORCH_NCCL_ENABLE_TIMING=1; nccl2 takes keyed completion hooks
+  // instead, as torch's own "nccl" group then does; a refusal is logged when the NCCL side is made).
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
 #ifdef C10D_BACKEND_HAS_HOOKS
   // Keyed completion hooks are offered only where every device type this object serves reports them: always in a
@@ -150,6 +155,30 @@ class TunedBackend : public c10d::Backend {
   void shutdown() override;
   void setGroupUid(const std::string& pgUid) override;
 
+  // What the group forwards to its NCCL side beyond the collectives (tuned_backend_cuda.cpp). A call that names no
+  // device goes to the NCCL side when the group is bound to a CUDA device (init_process_group(device_id=cuda:k):
+  // torch then connects it at once, as it does "nccl"), else to the CPU side; a call that only a CUDA backend can
+  // answer goes to the NCCL side: the memory allocator and tensor allocation for a CUDA device make it if need be;
+  // time estimation, suspend/resume and memory statistics are refused, naming op and rank, where it has none.
+  void eagerConnectSingleDevice(at::Device device) override;
+  void setBoundDeviceId(std::optional<at::Device> device) override;
+  void enableCollectivesTiming() override;
+  void waitForPendingWorks() override;
+  bool supportsTimeEstimation() const override;
+  void startTimeEstimate() override;
+  float endTimeEstimate() override;
+  std::shared_ptr<c10::Allocator> getMemAllocator() override;
+  void suspend() override;
+  void resume() override;
+  std::unordered_map<std::string, uint64_t> getMemoryStats() override;
+#ifdef C10D_BACKEND_HAS_WINDOW
+  // One-sided windows: a CUDA tensor's window is the NCCL side's, where that backend offers windows, and refused
+  // naming it otherwise; a CPU tensor's is the CPU side's (CpuBackend::new_window: a window over the symmetric heap,
+  // offered where every rank is on this host); without a tensor, the bound device's.
+  bool supportsWindow() const override;
+  c10::intrusive_ptr<c10d::Window> new_window(const std::optional<at::Tensor>& tensor = std::nullopt) override;
+#endif
+
   // Fault tolerance (fault.cpp). dist.shrink_group: the survivors get a new group of the ranks that remain, over a
   // fresh prefix of this group's store (so that store must outlive the excluded ranks: torchrun's, or any not hosted
   // by one of them); SHRINK_ABORT aborts this group first.
@@ -157,14 +186,18 @@ class TunedBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> shrink(
       const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
+  // Abort hooks run on this group's abort and its CPU failures, and are handed to the NCCL side where it takes them,
+  // so its own watchdog runs them too (torch asks hooks to be idempotent for this).
   bool supportsAbortHooks() const override { return true; }
   void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
   void unregisterAbortHook(int64_t hookId) override;
 #ifdef C10D_BACKEND_HAS_RECONFIGURE
   // Reconfigure (reconfigure.cpp), as torch defines it for gloo: each process hands out its handle, the handles are
   // exchanged out of band, and every member calls reconfigure with all of them and the same fresh uuid; the group
-  // then runs on those members. A group whose NCCL side exists is refused, naming why.
-  bool supportsReconfigure() const override { return true; }
+  // then runs on those members. Once the group's NCCL side exists, both sides are re-formed: the handle carries
+  // both sides' handles, and each side is re-formed from its own part; an NCCL side that cannot be reconfigured
+  // (the classic ProcessGroupNCCL) makes the group refuse.
+  bool supportsReconfigure() const override;
   c10d::ReconfigureHandle get_reconfigure_handle() const override;
   c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
   // The CPU side's part, which the two overrides above are made of: its handle
@@ -173,14 +206,6 @@ class TunedBackend : public c10d::Backend {
   // ones. A new CPU side is made for them, so the switch lives here and not in CpuBackend.
   c10d::ReconfigureHandle cpuReconfigureHandle() const;
   c10::intrusive_ptr<c10d::Work> reconfigureCpuSide(const c10d::ReconfigureOptions& opts);
-#endif
-
-#ifdef C10D_BACKEND_HAS_WINDOW
-  // One-sided windows (windows.cpp): a CUDA tensor's window is the NCCL side's, where that backend offers windows,
-  // and refused naming it otherwise; every other call is the CPU side's (CpuBackend::new_window: a window over the
-  // symmetric heap, offered where every rank is on this host).
-  bool supportsWindow() const override;
-  c10::intrusive_ptr<c10d::Window> new_window(const std::optional<at::Tensor>& tensor = std::nullopt) override;
 #endif
 
   // The CPU side (for the bindings' queries: shared memory reserved, host layout, cross-host statistics).
@@ -214,7 +239,19 @@ class TunedBackend : public c10d::Backend {
   // The CPU side of a new membership: re-registers the group's hooks and uid on it (reconfigure.cpp).
   void adoptCpuSide(c10::intrusive_ptr<cpu::CpuBackend> cpu);
 
+  // The NCCL side for a call without tensors that only it can serve (created if need be), refusing by op and rank.
+  c10d::Backend& cudaSideFor(const char* op);
+  // The NCCL side if the group is bound to a CUDA device and it exists, else null: where a device-less call goes.
+  c10::intrusive_ptr<c10d::Backend> boundCudaSide() const;
+  // The NCCL side's part of shrink and of the abort hooks (tuned_backend_state.cpp): null where it has no backend or
+  // cannot shrink (the new group then makes its own at its first CUDA call).
+  c10::intrusive_ptr<c10d::Backend> shrinkNcclSide(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                                   const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride);
+  void forwardAbortHook(int64_t hookId, c10d::AbortHook hook);
+  void forwardAbortHookRemoval(int64_t hookId);
+
   const cuda::NcclSide::CreatedHook onNcclCreated_;
+  const cuda::NcclSide::Factory ncclFactory_;
   // The store under which each reconfigure's members meet (Options::reconfigureStore, else the group's).
   const c10::intrusive_ptr<c10d::Store> groupStore_;
   // The current membership's store: groupStore_, or the last reconfigure's prefix of it (shrink builds on it).

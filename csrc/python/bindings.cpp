@@ -68,16 +68,44 @@ tunedist::engine::hier::GlooFactory wrapGlooFactory(const py::object& callable) 
   };
 }
 
+// Wraps the Python callable that makes the NCCL side's backend, (store, rank, size, timeout, group_name, device) ->
+// a c10d Backend, or None to leave the choice to C++ (tunedist._CudaSide: torch's creator for "nccl"). Called with
+// the GIL taken, on the thread of the group's first CUDA call; a Python error becomes a c10::Error, to which the
+// caller adds op and rank.
+tunedist::cuda::NcclSide::Factory wrapNcclFactory(const py::object& callable) {
+  if (callable.is_none()) {
+    return nullptr;
+  }
+  auto fn = holdCallable(callable);
+  return [fn](const tunedist::cuda::NcclSide::CreateArgs& args) -> c10::intrusive_ptr<c10d::Backend> {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object device = args.device.has_value() ? py::cast(*args.device) : py::none();
+      py::object made = (*fn)(args.store, args.rank, args.size, args.timeout, args.groupUid, device);
+      if (made.is_none()) {
+        return nullptr;
+      }
+      return made.cast<c10::intrusive_ptr<c10d::Backend>>();
+    } catch (const py::error_already_set& e) {
+      TORCH_CHECK(false, "making the CUDA side: ", e.what());
+    } catch (const py::cast_error& e) {
+      TORCH_CHECK(false, "making the CUDA side: the creator returned no c10d Backend (", e.what(), ")");
+    }
+  };
+}
+
 c10::intrusive_ptr<c10d::Backend> createTunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                      const std::chrono::duration<float>& timeout,
                                                      const py::object& onNcclCreated, const py::object& glooFactory,
-                                                     bool enableReconfigure, int64_t stableRank) {
+                                                     bool enableReconfigure, int64_t stableRank,
+                                                     const py::object& ncclFactory) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   auto hook = ncclCreatedHook(onNcclCreated);
   tunedist::engine::hier::GlooFactory factory = wrapGlooFactory(glooFactory);
+  tunedist::cuda::NcclSide::Factory cudaFactory = wrapNcclFactory(ncclFactory);
   py::gil_scoped_release release;
   return tunedist::TunedBackend::create(store, rank, size, ms, std::move(hook), std::move(factory), enableReconfigure,
-                                        stableRank);
+                                        stableRank, std::move(cudaFactory));
 }
 
 tunedist::TunedBackend& tunedBackend(const c10::intrusive_ptr<c10d::Backend>& backend, const char* what) {
@@ -185,7 +213,7 @@ void bindModule(py::module& m) {
   m.doc() = "tunedist native module";
   m.def("create_backend", &createTunedBackend, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
         py::arg("on_nccl_created") = py::none(), py::arg("gloo_factory") = py::none(),
-        py::arg("enable_reconfigure") = false, py::arg("stable_rank") = -1,
+        py::arg("enable_reconfigure") = false, py::arg("stable_rank") = -1, py::arg("nccl_factory") = py::none(),
         "Creates the `tuned` c10d backend (the creator registered with torch.distributed).");
   // The Python type of the backend objects torch hands out (pg._get_backend(...)). torch's new_group, on a parent
   // with a bound device whose backend supports splitting, has the ranks left out of the new group call
@@ -194,7 +222,19 @@ void bindModule(py::module& m) {
   py::class_<tunedist::TunedBackend, c10d::Backend, NoGilIntrusivePtr<tunedist::TunedBackend>>(m, "TunedBackend")
       .def(
           "perform_nocolor_split", [](tunedist::TunedBackend&, const py::object&) {}, py::arg("device"),
-          "Nothing to do: ranks outside a new `tuned` group take no part in creating it.");
+          "Nothing to do: ranks outside a new `tuned` group take no part in creating it.")
+      // torch 2.15's split_group, with TorchComms on (the torchcomms package importable and the switch set),
+      // appends the new group's get_comm() to the TorchComms communicators that destroy_process_group finalizes, as
+      // if every backend were TorchComms' wrapper. A `tuned` group is its own communicator: get_comm() is the
+      // backend, and finalize() shuts it down, as destroy_process_group does next anyway.
+      .def("get_comm", [](py::object self) { return self; })
+      .def(
+          "finalize",
+          [](tunedist::TunedBackend& backend) {
+            py::gil_scoped_release release;
+            backend.shutdown();
+          },
+          "Shuts the group down (TorchComms' name for it).");
   m.def("torch_version_built", [] { return std::string(TUNEDIST_TORCH_BUILT_VERSION); });
   m.def("version", &tunedist::versionString);
   m.def("simd_level",
@@ -333,7 +373,8 @@ void bindModule(py::module& m) {
         auto nccl = tunedBackend(backend, "nccl_side").ncclBackend();
         return nccl ? py::cast(nccl) : py::none();
       },
-      py::arg("backend"), "The ProcessGroupNCCL behind a `tuned` backend's CUDA calls, or None before the first.");
+      py::arg("backend"),
+      "The backend behind a `tuned` group's CUDA calls (torch's \"nccl\"), or None before it is made.");
   tunedist::python::bindHooks(m);
   m.def(
       "host_layout",

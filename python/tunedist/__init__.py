@@ -7,8 +7,10 @@ torch's c10d (2.15) reads for a backend name it does not know (``Backend._ensure
 calling :func:`register_backend`. ``import tunedist`` registers it too; either way it is registered once.
 
 In a build with NCCL support (``nccl_compiled_in()``) ``tuned`` registers for ``cpu`` and ``cuda``: plain ``"tuned"``
-then gives one backend object for both device types, and its CUDA calls go through a wrapped ProcessGroupNCCL that
-it creates at the first CUDA call. It logs what NCCL will use there (logger ``tunedist``, rank 0).
+then gives one backend object for both device types, and its CUDA calls go to the backend torch itself makes for
+``"nccl"`` (torch's registered creator, :func:`nccl_creator`: nccl2 on torch 2.15), created at the group's first CUDA
+call, and every c10d feature of that backend is forwarded. It logs what NCCL will use there (logger ``tunedist``,
+rank 0).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import weakref
 from datetime import timedelta
 
 import torch
@@ -25,8 +28,8 @@ from ._paths import cmake_prefix_path, include_dir
 from .symmetric import is_symmetric, symmetric_empty, symmetric_heap_stats
 
 __all__ = ["BACKEND_NAME", "register_backend", "cmake_prefix_path", "include_dir", "version", "simd_level",
-           "nccl_compiled_in", "flight_recorder_enabled", "symmetric_empty", "is_symmetric", "symmetric_heap_stats",
-           "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
+           "nccl_compiled_in", "nccl_creator", "flight_recorder_enabled", "symmetric_empty", "is_symmetric",
+           "symmetric_heap_stats", "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
 
 BACKEND_NAME = "tuned"
 _log = logging.getLogger("tunedist")
@@ -111,33 +114,100 @@ def _on_nccl_created(rank: int, size: int) -> None:
 def _create_backend(opts, backend_options=None):
     """The creator torch calls for every group (and sub-group) that maps a device to ``tuned``.
 
-    Registered with ``extended_api=True``: torch hands over its ``_DistributedBackendOptions``, which carry
-    ``enable_reconfigure`` (a group that has no members until ``_reconfigure``) and the group's global ranks (this
-    process's stable rank in its reconfigure handle). ``backend_options`` (``pg_options``) is not read: ``tuned``
-    takes its settings from TUNEDIST_* environment variables, as before the extended creator.
+    Registered with torch's extended API: torch hands over the group's options (name, global ranks, the group itself,
+    ``enable_reconfigure``: a group that has no members until ``_reconfigure``) and the caller's ``pg_options``, which
+    the CUDA side gets as torch's ``"nccl"`` would. The CPU side takes its settings from TUNEDIST_* environment
+    variables; this process's stable rank (in its reconfigure handle) is its global rank.
     """
     _check_torchcomms()
     ranks = list(opts.global_ranks_in_group or [])
     stable = ranks[opts.group_rank] if opts.group_rank < len(ranks) else opts.group_rank
     return _C.create_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout, _on_nccl_created,
                              _make_gloo_group, enable_reconfigure=bool(getattr(opts, "enable_reconfigure", False)),
-                             stable_rank=stable)
+                             stable_rank=stable, nccl_factory=_CudaSide(opts, backend_options))
 
 
-def _torchcomms_communicator(backend):
-    """torch 2.15's split_group, with TorchComms on (the torchcomms package importable and the switch set), appends
-    ``get_comm()`` of the new group's backend to the TorchComms communicators that destroy_process_group finalizes, as
-    if every backend were TorchComms' wrapper. A ``tuned`` group is its own communicator."""
-    return backend
+def nccl_creator():
+    """torch's registered creator for ``"nccl"``, as ``Backend._plugins`` holds it, or None.
+
+    That is what the name means in the installed torch: on 2.15 ``_create_nccl2_process_group`` (c10d's nccl2) unless
+    ``TORCH_DIST_USE_NCCL2=0`` was set when torch registered it, then ``_create_nccl_process_group`` (the classic
+    ProcessGroupNCCL); whatever a later torch, or a user who registered another ``"nccl"``, puts there. None where c10d
+    builds ``"nccl"`` itself instead of through a registered creator; the CUDA side is then made in C++ as that torch
+    makes it (the classic ProcessGroupNCCL, backend/cuda/nccl_factory.cpp).
+    """
+    ensure = getattr(dist.Backend, "_ensure_backend_registered", None)
+    if ensure is not None:
+        ensure(dist.Backend.NCCL)
+    return getattr(dist.Backend, "_plugins", {}).get(dist.Backend.NCCL.upper())
 
 
-def _finalize(backend) -> None:
-    """TorchComms' name for shutting a communicator down. destroy_process_group calls it on what split_group listed,
-    right before it shuts every group down (pg.shutdown()), so there is nothing left to do here."""
+class _CudaSide:
+    """Makes a ``tuned`` group's CUDA side as torch makes a group's ``"nccl"`` backend: torch's own creator for the
+    name (:func:`nccl_creator`), given what torch would give it for this group. The C++ side (NcclSide) calls it with
+    the GIL at the group's first CUDA call, or when torch binds the group to a CUDA device; it is never called in a
+    job that makes no CUDA call, so such a job never touches CUDA or NCCL.
+    """
 
+    def __init__(self, opts, backend_options):
+        nccl_options = getattr(dist, "ProcessGroupNCCL", None)
+        nccl_options = getattr(nccl_options, "Options", None)
+        if backend_options is not None and (nccl_options is None or not isinstance(backend_options, nccl_options)):
+            raise TypeError(
+                f"tunedist: pg_options of type {type(backend_options).__name__}: a `tuned` group takes "
+                "ProcessGroupNCCL.Options (for its CUDA side, as \"nccl\" takes them) or none")
+        self.options = backend_options
+        self.group_name = opts.group_id
+        self.global_ranks = list(opts.global_ranks_in_group)
+        self.enable_reconfigure = bool(getattr(opts, "enable_reconfigure", False))
+        # Weak: the group holds its backend, which holds this (a strong reference would keep the group alive).
+        group = getattr(opts, "process_group", None)  # where this torch hands the group over
+        self._group = weakref.ref(group) if group is not None else None
 
-_C.TunedBackend.get_comm = _torchcomms_communicator
-_C.TunedBackend.finalize = _finalize
+    def _group_of(self, group_name: str):
+        """The ProcessGroup named `group_name` and its global ranks in group-rank order. The group this creator made
+        is known from its options (also before torch lists it: torch binds a device and connects it first); a group
+        split or shrunk from it in C++ shares this object and is found by name in torch's registry."""
+        if group_name == self.group_name:
+            return (self._group() if self._group is not None else None), self.global_ranks
+        world = dist.distributed_c10d._world
+        for group, name in world.pg_names.items():
+            if name == group_name:
+                ranks = world.pg_group_ranks.get(group, {})
+                return group, sorted(ranks, key=ranks.get)
+        return None, []
+
+    def options_for(self, store, rank: int, size: int, timeout: timedelta, group_name: str):
+        """The _DistributedBackendOptions torch would give "nccl" for this group (torch's creators read its device
+        from the group's bound device)."""
+        group, global_ranks = self._group_of(group_name)
+        opts = dist.distributed_c10d._DistributedBackendOptions()
+        opts.store = store
+        opts.group_rank = rank
+        opts.group_size = size
+        opts.timeout = timeout
+        opts.group_id = group_name
+        opts.global_ranks_in_group = global_ranks
+        if group is not None and hasattr(opts, "process_group"):
+            opts.process_group = group
+        if hasattr(opts, "enable_reconfigure"):
+            opts.enable_reconfigure = self.enable_reconfigure
+        return opts
+
+    def __call__(self, store, rank: int, size: int, timeout: timedelta, group_name: str, device=None):
+        """Returns the backend, or None to have the C++ side make it (no registered creator for "nccl"). `device`,
+        the group's bound CUDA device, is what the creator reads from the group itself."""
+        plugin = nccl_creator()
+        if plugin is None:
+            return None
+        if plugin.extended_api:
+            backend = plugin.creator_fn(self.options_for(store, rank, size, timeout, group_name), self.options)
+        else:
+            backend = plugin.creator_fn(store, rank, size, timeout)
+        if isinstance(backend, dist.ProcessGroup) or backend is None:
+            raise TypeError(f"torch's creator for \"nccl\" ({plugin.creator_fn.__qualname__}) returned "
+                            f"{type(backend).__name__}, not a c10d Backend that a `tuned` group can hold")
+        return backend
 
 
 def nccl_compiled_in() -> bool:

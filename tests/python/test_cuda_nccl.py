@@ -327,7 +327,10 @@ def _cuda_all_ops(rank: int, world_size: int) -> dict:
         out["mixed_error"] = str(e)
     nccl = tunedist._C.nccl_side(backend)
     out["nccl_before"] = before
-    out["nccl_is_pg_nccl"] = isinstance(nccl, dist.ProcessGroupNCCL)
+    # The backend torch itself makes for "nccl": nccl2 on torch 2.15 unless TORCH_DIST_USE_NCCL2=0.
+    plugin = tunedist.nccl_creator()
+    want = "ProcessGroupNCCL2" if plugin is not None and "nccl2" in plugin.creator_fn.__name__ else "ProcessGroupNCCL"
+    out["nccl_is_pg_nccl"] = type(nccl).__name__ == want
     out["log"] = records.messages
     return out
 

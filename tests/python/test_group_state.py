@@ -43,7 +43,23 @@ def _completion_hooks(rank: int, world: int) -> dict:
     else:
         dist.all_gather_into_tensor(torch.empty(world * 1024), t)
     dist.barrier()
-    expected = 5
+    # Point-to-point operations are reported too, as ProcessGroupNCCL's watchdog reports them, with their own
+    # sequence numbers: a blocking send/recv pair, then an isend/irecv pair.
+    peer = 1 - rank if world == 2 else None
+    if peer is not None:
+        p = torch.full((256,), float(rank))
+        if rank == 0:
+            dist.send(p, peer)
+            dist.recv(p, peer)
+        else:
+            dist.recv(p, peer)
+            dist.send(p, peer)
+        (dist.isend(p, peer) if rank == 0 else dist.irecv(p, peer)).wait()
+    has_hooks = pg._has_hooks()
+    pg._wait_for_pending_works()  # returns once the hook has run for every operation reported so far
+    with lock:
+        drained = len(infos)
+    expected = 8 if peer is not None else 5
     while True:  # the hook runs on the group's hook thread; the launcher's guard ends a hang
         with lock:
             if len(infos) >= expected:
@@ -51,18 +67,26 @@ def _completion_hooks(rank: int, world: int) -> dict:
         time.sleep(0.005)
     return {"infos": list(infos), "seq0": seq0, "second": second, "main": threading.get_ident(),
             "supports": backend.supports_completion_hooks if hasattr(backend, "supports_completion_hooks") else None,
-            "sum": t[0].item()}
+            "sum": t[0].item(), "has_hooks": has_hooks, "drained": drained}
 
 
 def test_on_completion_hook_gets_each_operation():
     for rank, r in enumerate(launch(2, _completion_hooks)):
         infos = r["infos"]
-        assert len(infos) == 5, f"rank {rank}: {infos}"
+        assert len(infos) == 8, f"rank {rank}: {infos}"
         gather_type = OpType.GATHER if hasattr(dist, "gather_single") else OpType._ALLGATHER_BASE
         want = [OpType.ALLREDUCE, OpType.ALLREDUCE, OpType.BROADCAST, gather_type, OpType.BARRIER]
-        assert [i[0] for i in infos] == want, f"rank {rank}: {[i[0] for i in infos]}"
+        collectives = [i for i in infos if i[0] not in (OpType.SEND, OpType.RECV)]
+        assert [i[0] for i in collectives] == want, f"rank {rank}: {[i[0] for i in infos]}"
         # numbered as the group numbers them, from the first call after the registration
-        assert [i[1] for i in infos] == [r["seq0"] + k for k in range(2, 7)], f"rank {rank}: {infos}"
+        assert [i[1] for i in collectives] == [r["seq0"] + k for k in range(2, 7)], f"rank {rank}: {infos}"
+        # send and recv in the order each finished on this rank, numbered 1, 2, 3 by the point-to-point counter
+        p2p = [(i[0], i[1]) for i in infos if i[0] in (OpType.SEND, OpType.RECV)]
+        mine = [OpType.SEND, OpType.RECV, OpType.SEND] if rank == 0 else [OpType.RECV, OpType.SEND, OpType.RECV]
+        assert p2p == list(zip(mine, [1, 2, 3])), f"rank {rank}: {p2p}"
+        # the group has a hook (destroy_process_group then waits for it), and waiting for pending works returned
+        # only once the hook had run for all eight
+        assert r["has_hooks"] is True and r["drained"] == 8, r
         for op, seq, started, finished, active, thread in infos:
             assert finished >= started, (op, seq, started, finished)
             assert timedelta(0) <= active <= finished - started + timedelta(microseconds=2), (op, active)

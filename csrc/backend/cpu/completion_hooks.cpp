@@ -75,6 +75,7 @@ void CompletionHooks::infoLoop() {
     }
     std::vector<Record> batch(pending_.begin(), pending_.end());
     pending_.clear();
+    running_ = true;
     lock.unlock();
     for (const Record& r : batch) {
       try {
@@ -85,7 +86,17 @@ void CompletionHooks::infoLoop() {
       }
     }
     lock.lock();
+    running_ = false;
+    drained_.notify_all();
   }
+}
+
+void CompletionHooks::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!infoThread_.joinable() || infoThread_.get_id() == std::this_thread::get_id()) {
+    return;
+  }
+  drained_.wait(lock, [this] { return stop_ || (pending_.empty() && !running_); });
 }
 
 void CompletionHooks::shutdown() {
@@ -97,6 +108,7 @@ void CompletionHooks::shutdown() {
     thread = std::move(infoThread_);
   }
   cv_.notify_all();
+  drained_.notify_all();
   if (thread.joinable()) {
     if (thread.get_id() == std::this_thread::get_id()) {
       thread.detach();  // the hook itself dropped the last reference to the group

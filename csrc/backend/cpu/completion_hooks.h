@@ -61,6 +61,11 @@ class CompletionHooks : public std::enable_shared_from_this<CompletionHooks> {
   // Tells the hooks of one operation that finished successfully (failed ones are not reported, as torch's hooks
   // expect). Does nothing when the operation was issued with no hook registered (record.issued is the epoch).
   void report(const Record& record);
+  // Returns once the WorkInfo hook has run for every operation reported so far: torch's waitForPendingWorks, which
+  // destroy_process_group calls (where the group has an on-completion hook) before the interpreter may go away.
+  // Operations still running are reported, and their hook run, when they finish. Returns at once on the hook's own
+  // thread.
+  void drain();
   // Runs the WorkInfo hook for what is already reported, then stops its thread. Idempotent.
   void shutdown();
 
@@ -74,6 +79,8 @@ class CompletionHooks : public std::enable_shared_from_this<CompletionHooks> {
   std::condition_variable cv_;
   InfoHook info_;
   std::deque<Record> pending_;  // for the WorkInfo hook's thread
+  bool running_ = false;        // the hook's thread is running a batch taken from pending_
+  std::condition_variable drained_;
   bool stop_ = false;
   std::thread infoThread_;
   std::map<int64_t, std::function<void(uint64_t, std::optional<float>)>> keyed_;

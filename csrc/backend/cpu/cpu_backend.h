@@ -142,11 +142,12 @@ class CpuBackend : public c10d::Backend {
   // The group's error state (Executor::error): SUCCESS until an operation failed.
   c10d::ErrorType getError() override { return executor_->error(); }
 
-  // Completion hooks (completion_hooks.h) for the operations that run on the executor; send and receive, which
-  // bypass it, are not reported.
+  // Completion hooks (completion_hooks.h): the operations that run on the executor, and send and receive, which
+  // bypass it (p2p.cpp reports them), as ProcessGroupNCCL reports its point-to-point Works.
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override {
     executor_->hooks().setInfoHook(std::move(hook));
   }
+  void waitForPendingWorks() override { executor_->hooks().drain(); }
   // Operations are always timed where a hook is registered; nothing to switch on.
   void enableCollectivesTiming() override {}
 #ifdef C10D_BACKEND_HAS_HOOKS

@@ -8,9 +8,14 @@
 // (p2pSeq_), separate from the collectives' group sequence.
 // Caller errors throw without failing the group, unlike the collectives' guardCall: no peer is inside an
 // operation with this rank yet, and a bad send must not make the collectives of the whole group unusable.
+// Completion hooks: a send or receive that completes is reported as ProcessGroupNCCL's watchdog reports its
+// point-to-point Works (OpType SEND, RECV or RECVANYSOURCE with the point-to-point sequence number), started when it
+// was issued (the engine starts it at once, no queue in front) and finished when its bytes were out or in. With no
+// hook registered that costs one relaxed load per call (CompletionHooks::stamp).
 #include <c10/util/Exception.h>
 
 #include "backend/cpu/checks.h"
+#include "backend/cpu/completion_hooks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/engine/host_p2p.h"
 
@@ -41,12 +46,39 @@ void checkPeer(int peer, int rank, int size, const char* role) {
   TORCH_CHECK(peer != rank, role, " rank ", peer, " is this rank; sending to oneself is not supported");
 }
 
+// What the completion hooks get for one point-to-point operation; `issued` is the epoch where no hook was registered
+// at issue (report() then does nothing).
+struct P2pReport {
+  std::shared_ptr<CompletionHooks> hooks;
+  CompletionHooks::Clock::time_point issued;
+
+  static P2pReport at(Executor& executor) {
+    CompletionHooks& hooks = executor.hooks();
+    const auto issued = hooks.stamp();
+    return P2pReport{issued == CompletionHooks::Clock::time_point{} ? nullptr : hooks.shared_from_this(), issued};
+  }
+  void done(const TunedWork& work) const {
+    if (issued == CompletionHooks::Clock::time_point{}) {
+      return;
+    }
+#ifdef C10D_BACKEND_HAS_HOOKS
+    const uint64_t key = work.getCompletionKey();
+#else
+    const uint64_t key = uint64_t(reinterpret_cast<uintptr_t>(&work));
+#endif
+    hooks->report({work.retrieveOpType(), work.getSequencenumber(), issued, issued, CompletionHooks::Clock::now(),
+                   key});
+  }
+};
+
 // Completes `work` from the engine's callback; `finish` (may be empty) runs first on success, e.g. to copy a
-// staged receive back into the caller's tensor. When the engine fails the operation (a dead peer, a timeout),
-// `hooks` (the group's abort hooks, as for a failed collective; may be empty) run first, on the engine's thread.
+// staged receive back into the caller's tensor. `report` tells the completion hooks on success. When the engine
+// fails the operation (a dead peer, a timeout), `hooks` (the group's abort hooks, as for a failed collective; may be
+// empty) run first, on the engine's thread.
 engine::HostP2p::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSource, std::function<void()> finish,
-                                 std::function<void()> hooks) {
-  return [work = std::move(work), setSource, finish = std::move(finish), hooks](std::exception_ptr error, int peer) {
+                                 P2pReport report, std::function<void()> hooks) {
+  return [work = std::move(work), setSource, finish = std::move(finish), report = std::move(report),
+          hooks = std::move(hooks)](std::exception_ptr error, int peer) {
     if (error != nullptr && hooks) {
       hooks();
     }
@@ -64,6 +96,7 @@ engine::HostP2p::Done completion(c10::intrusive_ptr<TunedWork> work, bool setSou
     if (setSource) {
       work->setSourceRank(peer);
     }
+    report.done(*work);  // before complete(): a caller that waited on the Work finds the hook's record queued
     work->complete();
   };
 }
@@ -109,6 +142,7 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int sr
                                              any ? "tuned:recv_anysource" : "tuned:recv", ++p2pSeq_, tensors, tensors,
                                              timeout);
   executor_->trackWork(work);
+  P2pReport report = P2pReport::at(*executor_);
   std::function<void()> copyBack;
   if (!staged.is_same(t)) {
     copyBack = [t, staged]() mutable { t.copy_(staged); };
@@ -117,7 +151,8 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::startRecv(const at::Tensor& t, int sr
   }
   engine::HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  engine::HostP2p::Done done = completion(work, true, std::move(copyBack), failureHooks(failureCallback_, executor_));
+  engine::HostP2p::Done done = completion(work, true, std::move(copyBack), std::move(report),
+                                          failureHooks(failureCallback_, executor_));
   post(work, [&] { engine.irecv(srcRank, tag, staged, deadline, std::move(done)); });
   return work;
 }
@@ -135,11 +170,12 @@ c10::intrusive_ptr<c10d::Work> CpuBackend::send(std::vector<at::Tensor>& tensors
   auto work = c10::make_intrusive<TunedWork>(rank_, c10d::OpType::SEND, "tuned:send", ++p2pSeq_,
                                              std::vector<at::Tensor>{t}, tensors, timeout);
   executor_->trackWork(work);
+  P2pReport report = P2pReport::at(*executor_);
   // The callback holds `staged`, so a copy lives until its bytes are out.
   engine::HostP2p& engine = p2pEngine();  // may wait for the group's layout, at its first operation
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::function<void()> keepStaged = [staged] {};
-  engine::HostP2p::Done done = completion(work, false, std::move(keepStaged),
+  engine::HostP2p::Done done = completion(work, false, std::move(keepStaged), std::move(report),
                                           failureHooks(failureCallback_, executor_));
   post(work, [&] { engine.isend(dstRank, tag, staged, deadline, std::move(done)); });
   return work;

@@ -1,29 +1,30 @@
-// NcclSide: lazy creation of the wrapped ProcessGroupNCCL and the calls forwarded to it.
+// NcclSide: creation of the wrapped CUDA backend (through the factory, else createNcclBackend) and the calls
+// forwarded to it as a whole group (timeouts, name, abort, shutdown).
 #include "backend/cuda/nccl_side.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <utility>
+
 namespace tunedist::cuda {
 
 #ifndef TUNEDIST_WITH_NCCL
-// A CPU-only build (TUNEDIST_USE_NCCL=OFF): nccl_factory.cpp is not compiled, and NcclSide::get refuses first.
+// A CPU-only build (TUNEDIST_USE_NCCL=OFF): nccl_factory.cpp is not compiled. Without a factory NcclSide::get
+// refuses first; a factory that leaves the choice to C++ gets the same refusal here.
 NcclBuildInfo ncclBuildInfo() { return NcclBuildInfo{}; }
 
-c10::intrusive_ptr<c10d::Backend> createNcclBackend(const c10::intrusive_ptr<c10d::Store>&, int, int,
-                                                    std::chrono::milliseconds, const std::string&,
-                                                    const std::optional<at::Device>&) {
-  TORCH_INTERNAL_ASSERT(false, "tunedist: createNcclBackend called in a build without NCCL");
+c10::intrusive_ptr<c10d::Backend> createNcclBackend(const NcclSide::CreateArgs&) {
+  TORCH_CHECK(false,
+              "this tunedist build has no NCCL support of its own, and the factory of the CUDA side made no "
+              "backend; use init_process_group(\"cpu:tuned,cuda:nccl\")");
 }
 #endif
 
 NcclSide::NcclSide(c10::intrusive_ptr<c10d::Store> store, int rank, int size, Options options)
     : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)) {}
 
-c10d::Backend& NcclSide::get(const std::optional<at::Device>& boundDevice) {
-  CreatedHook announce;
-  std::vector<std::function<void(c10d::Backend&)>> configure;
-  c10::intrusive_ptr<c10d::Backend> backend;
+c10d::Backend& NcclSide::get(const std::optional<at::Device>& device, const std::string& groupDesc) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // After abort()/shutdown() every CUDA call fails here, with the same words as the CPU side's.
@@ -31,29 +32,74 @@ c10d::Backend& NcclSide::get(const std::optional<at::Device>& boundDevice) {
     if (backend_) {
       return *backend_;
     }
-    TORCH_CHECK(ncclBuildInfo().compiledIn,
-                "got CUDA tensors, but this tunedist build has no NCCL support (it was built with "
+  }
+  std::lock_guard<std::mutex> creating(createMutex_);
+  CreateArgs args;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!closed_, "the process group was shut down or aborted");
+    if (backend_) {
+      return *backend_;  // another thread made it while this one waited
+    }
+    TORCH_CHECK(available(),
+                "CUDA needs the group's NCCL side, but this tunedist build has no NCCL support (it was built with "
                 "TUNEDIST_USE_NCCL=OFF, or without a CUDA build of torch). Map CUDA to torch's NCCL backend: "
                 "init_process_group(\"cpu:tuned,cuda:nccl\"), or rebuild tunedist against a CUDA build of torch "
                 "with TUNEDIST_USE_NCCL=ON.");
-    backend_ = createNcclBackend(c10::make_intrusive<c10d::PrefixStore>(options_.storePrefix, store_), rank_, size_,
-                                 options_.timeout, groupUid_, boundDevice);
-    backend = backend_;
-    announce = options_.onCreated;
+    args.store = c10::make_intrusive<c10d::PrefixStore>(options_.storePrefix, store_);
+    args.rank = rank_;
+    args.size = size_;
+    args.timeout = options_.timeout;
+    args.groupUid = groupUid_;
+    if (device.has_value() && device->is_cuda() && device->has_index()) {
+      args.device = device;
+    }
+  }
+  // Outside mutex_: the factory runs Python (it takes the GIL), and a thread that holds the GIL may be waiting for
+  // mutex_ in existing().
+  c10::intrusive_ptr<c10d::Backend> made = options_.factory ? options_.factory(args) : nullptr;
+  if (!made) {
+    made = createNcclBackend(args);
+  }
+  TORCH_INTERNAL_ASSERT(made, "tunedist: the CUDA side's factory returned no backend");
+  made->setGroupDesc(groupDesc);
+  std::vector<std::function<void(c10d::Backend&)>> configure;
+  CreatedHook announce;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) {
+      made->shutdown();  // aborted or shut down while it was being made: nobody may use it
+      TORCH_CHECK(false, "the process group was shut down or aborted");
+    }
+    backend_ = made;
     configure.swap(pendingConfigure_);
+    announce = options_.onCreated;
   }
   for (auto& fn : configure) {
-    fn(*backend);
+    fn(*made);
   }
   if (announce) {
     announce(rank_, size_);
   }
-  return *backend;
+  return *made;
 }
 
 c10::intrusive_ptr<c10d::Backend> NcclSide::existing() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return backend_;
+}
+
+void NcclSide::adopt(c10::intrusive_ptr<c10d::Backend> backend) {
+  std::vector<std::function<void(c10d::Backend&)>> configure;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_INTERNAL_ASSERT(!backend_ && !closed_, "tunedist: NcclSide::adopt on a side that has a backend");
+    backend_ = backend;
+    configure.swap(pendingConfigure_);
+  }
+  for (auto& fn : configure) {
+    fn(*backend);
+  }
 }
 
 void NcclSide::whenCreated(std::function<void(c10d::Backend&)> configure) {
