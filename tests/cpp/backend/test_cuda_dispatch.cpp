@@ -13,18 +13,11 @@
 #include <vector>
 
 #include "backend/tuned_backend.h"
+#include "stand_in_backend.h"
 
 namespace {
 
-at::Tensor deviceOnlyCudaTensor(int64_t numel) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), size_t(numel) * sizeof(float),
-                       c10::DataPtr(nullptr, c10::Device(c10::kCUDA, 0)), /*allocator=*/nullptr,
-                       /*resizable=*/false);
-  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA),
-                                                    caffe2::TypeMeta::Make<float>());
-  t.unsafeGetTensorImpl()->set_sizes_contiguous({numel});
-  return t;
-}
+using tunedist_test::deviceOnlyCudaTensor;
 
 c10::intrusive_ptr<tunedist::TunedBackend> makeBackend() {
   auto backend = tunedist::TunedBackend::create(c10::make_intrusive<c10d::HashStore>(), 0, 1,
