@@ -275,7 +275,9 @@ void GroupSegment::throwIfFailed() {
                      core::detail::str("tunedist: rank ", rank_,
                                        ": the process group is unusable after an earlier failure: ", failure_.reason,
                                        " Destroy the group (dist.destroy_process_group) and create a new one, or let "
-                                       "torchrun --max-restarts restart the job."));
+                                       "torchrun --max-restarts restart the job; if a rank died, the survivors can "
+                                       "instead go on with dist.shrink_group(<dead ranks>) and take a replacement in "
+                                       "through reconfigure."));
 }
 
 void GroupSegment::failFromPeerAbort(const core::OpContext& ctx) {
@@ -344,7 +346,12 @@ void GroupSegment::checkPeers(const core::OpContext& ctx, uint64_t step, int ste
                "rank ", p, " (pid ", c.pid, samePidNs ? "" : " in another pid namespace", ") is dead: ",
                exited ? "its process has exited or left the group"
                       : core::detail::str("its heartbeat stopped ", silent.count(), " ms ago"),
-               ". The group is unusable; restart the job (torchrun --max-restarts) or create a new group."),
+               ". This group cannot run operations any more. To keep going, the survivors call "
+               "dist.shrink_group([",
+               p,
+               "]) for a group of the rest (ranks renumbered), and a replacement process "
+               "can join them later through reconfigure (dist.distributed_c10d._reconfigure); otherwise restart the "
+               "job (torchrun --max-restarts)."),
            false, true);
     }
   }
