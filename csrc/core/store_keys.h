@@ -34,4 +34,8 @@ inline std::string p2pRing(int src, int dst) {
   return "tunedist_p2p_" + std::to_string(src) + "_" + std::to_string(dst);
 }
 
+// P2pEngine (shm/p2p/peers.h): rank's process identity (pid, pid namespace, start time), written when its engine is
+// made, so a peer that dies before it has a ring with this rank is found dead.
+inline std::string p2pIdentity(int rank) { return "tunedist_p2p_identity_" + std::to_string(rank); }
+
 }  // namespace tunedist::core::keys

@@ -8,6 +8,8 @@
 * After a SIGKILL the survivors re-form the group without the dead rank, and a replacement process started later
   joins them: the group is back to full size, on one host and across simulated hosts.
 * Abort hooks run when a send or a receive fails because its peer died.
+* A send or receive whose peer dies before it exchanged any message with this rank fails as a dead peer, naming
+  the op and both ranks, not at its timeout.
 Every test leaves nothing in /dev/shm. All groups use a TCP store hosted by the test process, so any rank may die.
 """
 
@@ -222,6 +224,9 @@ def _run_replacement(size: int, victim: int, hosts: list | None = None) -> list:
         assert not isinstance(r, RankFailure), r
         assert (r["shrunk_rank"], r["shrunk_size"]) == (new_rank, size - 1), r
         assert f"rank {victim}" in r["message"] or "dead" in r["message"], r["message"]
+        if hosts is None:
+            # On one host the dead rank is found in shared memory, and the error says how to keep going.
+            assert f"dist.shrink_group([{victim}])" in r["message"] and "reconfigure" in r["message"], r["message"]
     _same_everywhere([r["shrunk_group"] for r in survivors])
     full = [res[i] for i in range(size + 1) if i != victim]
     assert not isinstance(res[size], RankFailure), res[size]
@@ -257,9 +262,8 @@ def _p2p_hooks(rank: int, world_size: int, port: int) -> dict:
     store = _join(port, rank, world_size, reconfigurable=False)
     ran: list[str] = []
     dist.group.WORLD.register_abort_hook(1, lambda: ran.append("hook"))
-    # One message each way first: the rings 1 -> 0 and 2 -> 1 exist, with both ends attached. (A peer that dies
-    # before it ever exchanged a message with this rank has no ring to be watched through: such a receive or send
-    # fails at its timeout.)
+    # One message each way first: the rings 1 -> 0 and 2 -> 1 exist, with both ends attached, so the peer is watched
+    # through them (test_p2p_peer_dead_before_any_message covers peers that never exchanged a message).
     if rank == 1:
         dist.send(torch.ones(4), 0)
         dist.recv(torch.empty(4), 2)
@@ -290,4 +294,41 @@ def test_abort_hooks_run_when_a_p2p_peer_dies():
     for r in (res[0], res[2]):
         assert "rank 1" in r["message"], r["message"]
         assert r["ran"] == ["hook"], r
+    assert_no_new_shm(before)
+
+
+def _p2p_dead_before_any_message(rank: int, world_size: int, port: int) -> dict:
+    store = _join(port, rank, world_size, reconfigurable=False)
+    dist.barrier()  # every rank's engines exist; no rank has sent anything to another
+    if rank == 1:
+        store.wait(["posted/0", "posted/2"])
+        time.sleep(0.2)  # both peers are inside their operation with this rank
+        os.kill(os.getpid(), signal.SIGKILL)
+    # Rank 0 waits for a message rank 1 never sends; rank 2 sends it more than a ring holds, which it never maps.
+    if rank == 0:
+        work = dist.irecv(torch.empty(1024), 1)
+    else:
+        work = dist.isend(torch.ones(16 << 20), 1)
+    store.set(f"posted/{rank}", "1")
+    start = time.monotonic()
+    message = expect_error(work.wait, expected=RuntimeError)[0]
+    return {"message": message, "after_s": time.monotonic() - start}
+
+
+def test_p2p_peer_dead_before_any_message():
+    """Rank 1 is SIGKILLed before its first send to rank 0 and before it maps the ring of rank 2's send to it: both
+    fail with its death (found through the identity its engine published), naming the op and the ranks, where they
+    used to wait for the group's timeout (300 s here)."""
+    before = shm_entries()
+    server = _store_server()
+    res = launch(3, _p2p_dead_before_any_message, server.port, init=False, return_exceptions=True,
+                 pg_timeout_s=GROUP_TIMEOUT_S)
+    assert isinstance(res[1], RankFailure) and res[1].exitcode == -signal.SIGKILL, res[1]
+    recv, send = res[0]["message"], res[2]["message"]
+    assert "recv from rank 1" in recv and "on rank 0" in recv, recv
+    assert "rank 1 is dead" in recv and "before it sent anything to this rank" in recv, recv
+    assert "send to rank 1" in send and "on rank 2" in send, send
+    assert "rank 1 is dead" in send and "before it received anything from this rank" in send, send
+    for m in (recv, send):
+        assert "Timed out" not in m, m
     assert_no_new_shm(before)

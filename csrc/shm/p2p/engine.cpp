@@ -91,6 +91,7 @@ struct P2pEngine::Impl {
   std::unique_ptr<Impl> selfOwned_;
 
   p2p::Heartbeat heartbeat_;
+  p2p::PeerIdentities peers_;
   const p2p::Context ctx_;
 
   // Progress-thread state.
@@ -166,12 +167,19 @@ P2pEngine::Impl::Impl(std::shared_ptr<core::Rendezvous> rendezvous, int rank, in
       size_(size),
       options_(options),
       heartbeat_(options_.heartbeatPeriod),
-      ctx_{rank, options_, std::max(kCacheLine, options_.p2pChannelBytes / 4 / kCacheLine * kCacheLine),
-           rendezvous_.get(), &heartbeat_},
+      peers_(rendezvous_.get(), std::max(size, 0)),
+      ctx_{rank,
+           options_,
+           std::max(kCacheLine, options_.p2pChannelBytes / 4 / kCacheLine * kCacheLine),
+           rendezvous_.get(),
+           &heartbeat_,
+           &peers_},
       work_(ctx_, std::max(size, 0)) {
   TD_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for group size ", size);
   options_.validate();
   TD_CHECK(rendezvous_ != nullptr, "tunedist: P2pEngine needs a rendezvous");
+  // Peers that wait on this rank before it has a ring with them learn of its death through this (peers.h).
+  peers_.publish(rank);
 }
 
 void P2pEngine::Impl::post(OpPtr op) {

@@ -32,8 +32,18 @@ bool RecvChannel::poll(Clock::time_point now) {
   pollInterval_ = std::clamp(pollInterval_ * 2, kFirstPoll, kMaxPoll);
   nextPoll_ = now + pollInterval_;
   try {
+    // The sender's liveness before its announcement: one that announced and then died is read as announced (its
+    // messages are delivered first), one that is gone and never announced has sent nothing and never will.
+    int32_t pid = 0;
+    const bool gone = ctx_.peers->certainlyGone(src_, &pid);
     std::string key = core::keys::p2pRing(src_, ctx_.rank);
     if (!ctx_.rendezvous->check(key)) {
+      if (gone) {
+        fail(core::detail::str("rank ", src_, " is dead: its process (pid ", pid,
+                               ") has exited before it sent anything to this rank"),
+             true, true);
+        return true;
+      }
       return false;
     }
     std::string name = ctx_.rendezvous->get(key, kAnnounceGetTimeout);

@@ -17,7 +17,8 @@
 // dropped. A sender that closed (engine destroyed or aborted) or died (process gone, heartbeat silent for
 // deadAfter) fails the receives waiting on it (PeerDeadError), but only once its ring is drained: messages it sent
 // before it went away are still delivered. A dead sender also fails any-source receives (the group is broken); a
-// sender that closed cleanly does not.
+// sender that closed cleanly does not. A sender that died before it announced a ring to us is found through its
+// published identity (peers.h) at the next rendezvous poll.
 #pragma once
 
 #include <chrono>

@@ -159,6 +159,14 @@ void SendChannel::checkPeer(Clock::time_point now) {
   }
   std::string reason;
   P2pRing::PeerState state = ring_->peerState(now, ctx_.options.deadAfter, &reason);
+  int32_t pid = 0;
+  if (state == P2pRing::PeerState::kUnknown && ctx_.peers->certainlyGone(dst_, &pid)) {
+    // The receiver never mapped the ring and its process is gone: nothing will ever read what waits here.
+    state = P2pRing::PeerState::kDead;
+    reason = core::detail::str("is dead: its process (pid ", pid,
+                               ") has exited before it received anything from "
+                               "this rank");
+  }
   if (state == P2pRing::PeerState::kClosed || state == P2pRing::PeerState::kDead) {
     fail(core::detail::str("rank ", dst_, " ", reason), true);
   }

@@ -10,8 +10,8 @@
 //
 // Failures: a send past its deadline fails (TimeoutError) and so does the channel: the sends queued behind it, and
 // every later send to that peer, since the pair's message order can no longer be kept. A receiver that closed or
-// died fails the channel (PeerDeadError). A size mismatch the receiver reports through the ring fails the next send
-// that starts.
+// died fails the channel (PeerDeadError), also one that died before it mapped the ring (peers.h). A size mismatch
+// the receiver reports through the ring fails the next send that starts.
 #pragma once
 
 #include <cstdint>

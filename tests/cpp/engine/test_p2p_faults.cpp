@@ -227,6 +227,43 @@ TEST_CASE("p2p a peer process that exits is dead, one that is stopped is not", "
   }
   CHECK(leaks.report().empty());
 }
+
+// A peer that dies before it has a ring with this rank: a receive from a sender that never sent, and a send too large
+// for the ring to a receiver that never mapped it, both fail as dead (its identity, published when its engine was
+// made), not at their timeout, naming the operation and both ranks.
+TEST_CASE("p2p a peer process that exits before any message with this rank is dead", "[shm][p2p][faults]") {
+  ShmLeakCheck leaks;
+  const bool receiving = GENERATE(true, false);
+  INFO((receiving ? "recv from it" : "send to it"));
+  auto rendezvous = std::make_shared<FileRendezvous>();
+  const ShmOptions options = p2pFastDeathOptions();
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    {
+      P2pEngine e(rendezvous, 1, 2, options);
+      _exit(0);  // no destructors, no message: only its published identity says who it was
+    }
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  {
+    P2pEngine e(rendezvous, 0, 2, options);
+    std::vector<uint8_t> buf(4 * options.p2pChannelBytes);
+    if (receiving) {
+      REQUIRE_NOTHROW(expectError<core::PeerDeadError>(recvWait(e, 1, 0, buf.data(), buf.size()),
+                                                       "recv from a peer that never sent",
+                                                       {"recv from rank 1", "on rank 0", "is dead",
+                                                        "exited before it sent anything to this rank"}));
+    } else {
+      REQUIRE_NOTHROW(expectError<core::PeerDeadError>(sendWait(e, 1, 0, buf.data(), buf.size()),
+                                                       "send to a peer that never received",
+                                                       {"send to rank 1", "rank 0", "is dead",
+                                                        "exited before it received anything"}));
+    }
+  }
+  CHECK(leaks.report().empty());
+}
 #endif
 
 }  // namespace tunedist::test
