@@ -2,7 +2,7 @@
 takes a replacement process back in (torch's reconfigure), so the group is back to full size.
 
     python examples/train_ddp_shrink.py [--world-size 3] [--kill-rank 1] [--kill-step 5] [--steps 12]
-                                        [--no-replacement] [--json out]
+                                        [--no-replacement] [--standby] [--json out]
 
 The launcher (this script without --worker) hosts the job's TCP store, so the store outlives any rank (as
 torchrun's agent store would; a `tcp://` group's store lives in its rank 0), starts one plain process per rank and
@@ -22,13 +22,21 @@ Once the survivors have completed a step on the shrunk group, the launcher start
 and a fresh uuid in the store. At the next step boundary the survivors agree that it is there (one all_reduce of a
 flag per step while the group is short), leave their own handles, and everyone calls
 dist.distributed_c10d._reconfigure(uuid, handles) with the set of handles: `tuned` orders a set by the rank each
-process joined with first, so the replacement takes the dead rank's place. The survivors hand it the step and the
-parameters (a broadcast from a survivor), DDP is rebuilt on the full group, and training goes on with the global
-batch split among all --world-size ranks again.
+process joined with first, so the replacement takes the dead rank's place. The survivors hand it the step, the
+parameters and the optimizer's state (broadcasts from a survivor), DDP is rebuilt on the full group (without its
+own broadcast: the parameters are equal already), and training goes on with the global batch split among all
+--world-size ranks again. The replacement builds its model on the meta device and gives it uninitialised memory:
+what it would initialise is overwritten by the survivors' parameters anyway. It builds its optimizer before it
+asks to join, so it can step as soon as it is in: torch.optim's first use imports torch._dynamo, about 1.1 s on a
+2-vCPU AMD EPYC, which with `import torch` (about 1.3 s) bounds how soon a process started cold can step.
+
+With --standby the launcher starts the replacement with the job instead: it imports torch, builds its model and
+optimizer and waits in the store; when a rank dies it is called in with that rank and joins as above.
 
 At the end every rank's parameters agree bit for bit (checked), and the launcher prints the time from the kill to
-the first step completed on the shrunk group, from the replacement's start to the group back at full size and to
-the first step completed on it, and the final loss beside the same training without a failure (--world-size ranks
+the first step completed on the shrunk group, from the replacement's start (or call, --standby) to the group back
+at full size and to the first step completed on it by every rank, where the replacement's time went, and the final
+loss beside the same training without a failure (--world-size ranks
 throughout, run first unless --no-reference): equal up to float rounding, since every run averages the same
 per-sample gradients.
 """
@@ -66,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-replacement", action="store_true", help="the survivors finish alone")
     p.add_argument("--json", type=Path)
     p.add_argument("--worker", nargs=3, metavar=("RANK", "PORT", "OUT"), help=argparse.SUPPRESS)
+    p.add_argument("--standby", action="store_true",
+                   help="start the replacement with the job (imported, model and optimizer built, waiting) and "
+                        "call it in when a rank dies, instead of starting it then")
     p.add_argument("--replacement", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -73,6 +84,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def make_model(width: int) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 10))
+
+
+def make_optimizer(module: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.SGD(module.parameters(), lr=0.05)
 
 
 def global_batch(step: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,19 +136,50 @@ def join_as_replacement(store, rank: int) -> None:
     c10d._reconfigure(uuid, handles).wait()
 
 
+def receive_state(module: nn.Module, opt: torch.optim.Optimizer, src: int, step: int) -> int:
+    """The step, the parameters and the optimizer's state of group rank `src`, on every rank (one broadcast of the
+    flat parameters, one of the pickled optimizer state). Returns the step."""
+    params = list(module.parameters())
+    flat = torch.cat([torch.tensor([float(step)])] + [p.detach().reshape(-1) for p in params])
+    dist.broadcast(flat, src)
+    offset = 1
+    with torch.no_grad():
+        for p in params:
+            p.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+    state = [opt.state_dict()]
+    dist.broadcast_object_list(state, src)
+    opt.load_state_dict(state[0])
+    return int(flat[0])
+
+
 def worker(args: argparse.Namespace) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import tunedist  # noqa: F401  (registers "tuned")
 
     torch.set_num_threads(1)
-    ready_at = time.monotonic()  # Python, torch and tunedist imported
+    stamps = {"imported": time.monotonic()}  # Python, torch and tunedist imported
     rank, port, out = int(args.worker[0]), int(args.worker[1]), Path(args.worker[2])
-    # The model and optimizer first: a replacement is ready to train before it asks to join (the optimizer's first
-    # use imports a good part of torch, seconds on a loaded 2-vCPU machine).
-    module = make_model(args.width)
-    opt = torch.optim.SGD(module.parameters(), lr=0.05)
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=GROUP_TIMEOUT)
+    if args.replacement:
+        # No random initialisation: the survivors' parameters and optimizer state replace whatever is here, so
+        # the model is made on the meta device and given uninitialised memory.
+        with torch.device("meta"):
+            module = make_model(args.width)
+        module.to_empty(device="cpu")
+    else:
+        module = make_model(args.width)
+    stamps["model"] = time.monotonic()
+    # Before joining: the optimizer's first use imports torch._dynamo (torch.optim's methods are wrapped in
+    # torch._disable_dynamo), about 1.1 s on a 2-vCPU AMD EPYC, and a replacement must be able to step once it joins.
+    opt = make_optimizer(module)
+    stamps["optimizer"] = time.monotonic()
+    if args.standby:
+        # A standby replacement: imported and built ahead of need; the launcher names the rank to take when one dies.
+        store.wait(["standby/go"], timedelta(hours=1))
+        rank = int(store.get("standby/go"))
+        stamps["called"] = time.monotonic()
     init_at = time.monotonic()
     dist.init_process_group("tuned", store=dist.PrefixStore("job/", store), rank=rank, world_size=args.world_size,
                             timeout=GROUP_TIMEOUT, enable_reconfigure=args.replacement)
@@ -146,15 +192,15 @@ def worker(args: argparse.Namespace) -> None:
         full_at = time.monotonic()
     store.set(f"pid/{rank}", str(os.getpid()))  # a replacement's pid replaces the dead rank's
     if args.replacement:
-        # A survivor's step and parameters (every survivor has them); the replacement's own are its initial ones.
+        # A survivor's step, parameters and optimizer state (every survivor has them).
         src = next(r for r in range(args.world_size) if r != rank)
-        state = torch.tensor([0])
-        dist.broadcast(state, src)
-        step = int(state)
-        for p in module.parameters():
-            dist.broadcast(p.data, src)
+        step = receive_state(module, opt, src, 0)
+        stamps["state"] = time.monotonic()
         full_step_at = "pending"
-    model = DDP(module)
+    # The parameters are equal on every rank here (initialised from one seed, or just received): DDP need not
+    # broadcast them again.
+    model = DDP(module, init_sync=False)
+    stamps["ddp"] = time.monotonic()
     snapshot = [p.detach().clone() for p in module.parameters()]
     while step < args.steps:
         store.set(f"at/{step}/{rank}", "1")
@@ -168,11 +214,8 @@ def worker(args: argparse.Namespace) -> None:
                 src = launch_ranks[0]  # the first survivor keeps its launch rank as its rank in the full group
                 launch_ranks = take_in_replacement(store, rank, launch_ranks, args.world_size)
                 full_at = time.monotonic()
-                state = torch.tensor([step])
-                dist.broadcast(state, src)
-                for p in module.parameters():
-                    dist.broadcast(p.data, src)
-                model = DDP(module)
+                receive_state(module, opt, src, step)
+                model = DDP(module, init_sync=False)  # equal parameters everywhere: received just now
                 full_step_at = "pending"
         x, y = global_batch(step, args.global_batch)
         me, size = dist.get_rank(), dist.get_world_size()
@@ -224,10 +267,19 @@ def worker(args: argparse.Namespace) -> None:
     (out / f"rank{rank}{'r' if args.replacement else ''}.json").write_text(json.dumps({
         "launch_rank": rank, "replacement": args.replacement, "rank": dist.get_rank(), "size": dist.get_world_size(),
         "shrunk_rank": shrunk[0], "shrunk_size": shrunk[1], "final_loss": final_loss,
-        "recovered_at": stamp(recovered), "ready_at": ready_at, "init_at": init_at, "full_at": full_at,
+        "recovered_at": stamp(recovered), "stamps": stamps, "init_at": init_at, "full_at": full_at,
         "full_step_at": stamp(full_step_at),
         "params_agree": agree, "param_sum": float(flat.double().sum())}))
     dist.destroy_process_group()
+
+
+def wait_for_keys(store, keys: list[str], procs: list[subprocess.Popen]) -> None:
+    """Polls until every key is in the store; a rank that exits meanwhile ends the run (it would never come)."""
+    while not all(store.check([k]) for k in keys):
+        ended = [(p.args[p.args.index("--worker") + 1], p.returncode) for p in procs if p.poll() is not None]
+        if ended:
+            raise SystemExit(f"ranks (launch rank, exit code) {ended} ended before {keys} were set")
+        time.sleep(0.0005)
 
 
 def launch(args: argparse.Namespace, kill_rank: int) -> dict:
@@ -239,22 +291,26 @@ def launch(args: argparse.Namespace, kill_rank: int) -> dict:
         if not replace:
             base.append("--no-replacement")
         procs = [subprocess.Popen(base + ["--worker", str(r), str(store.port), tmp]) for r in range(args.world_size)]
+        if replace and args.standby:
+            procs.append(subprocess.Popen(base + ["--worker", "-1", str(store.port), tmp, "--replacement",
+                                                  "--standby"]))
         killed_at = started_at = None
         try:
             if kill_rank >= 0:
                 # Every rank has entered the kill step (so the victim is inside it too): kill -9.
-                keys = [f"at/{args.kill_step}/{r}" for r in range(args.world_size)]
-                while not all(store.check([k]) for k in keys):
-                    time.sleep(0.0005)
+                wait_for_keys(store, [f"at/{args.kill_step}/{r}" for r in range(args.world_size)], procs)
                 killed_at = time.monotonic()
                 procs[kill_rank].send_signal(signal.SIGKILL)
             if replace:
-                # Once the survivors have completed a step without it: the replacement, given the dead rank's rank.
-                while not store.check(["shrunk/first_step"]):
-                    time.sleep(0.0005)
+                # Once the survivors have completed a step without it: the replacement, given the dead rank's rank
+                # (started now, or the standby called in).
+                wait_for_keys(store, ["shrunk/first_step"], [q for i, q in enumerate(procs) if i != kill_rank])
                 started_at = time.monotonic()
-                procs.append(subprocess.Popen(base + ["--worker", str(kill_rank), str(store.port), tmp,
-                                                      "--replacement"]))
+                if args.standby:
+                    store.set("standby/go", str(kill_rank))
+                else:
+                    procs.append(subprocess.Popen(base + ["--worker", str(kill_rank), str(store.port), tmp,
+                                                          "--replacement"]))
             codes = [p.wait() for p in procs]
         finally:
             for p in procs:
@@ -278,10 +334,22 @@ def launch(args: argparse.Namespace, kill_rank: int) -> dict:
     if killed_at is not None:
         out["kill_to_first_shrunk_step_s"] = max(r["recovered_at"] for r in results) - killed_at
     if joined:
+        st = joined["stamps"]
+        out["replacement_mode"] = "standby" if args.standby else "cold"
         out["replacement_start_to_full_s"] = joined["full_at"] - started_at
-        out["replacement_start_to_imported_s"] = joined["ready_at"] - started_at
-        out["replacement_init_to_full_s"] = joined["full_at"] - joined["init_at"]
         out["replacement_start_to_first_full_step_s"] = max(r["full_step_at"] for r in everyone) - started_at
+        # Where the replacement's time went, in order (a standby's imports, model and optimizer came before its
+        # call, which is its start here).
+        stages = {} if args.standby else {"exec_and_imports": st["imported"] - started_at,
+                                          "model": st["model"] - st["imported"],
+                                          "optimizer": st["optimizer"] - st["model"]}
+        stages.update({"init_process_group": joined["init_at"] - (st["called"] if args.standby else st["optimizer"]),
+                       "reconfigure": joined["full_at"] - joined["init_at"],
+                       "receive_state": st["state"] - joined["full_at"], "ddp": st["ddp"] - st["state"],
+                       "first_full_step": max(r["full_step_at"] for r in everyone) - st["ddp"]})
+        if args.standby:
+            stages = {"call": st["called"] - started_at, **stages}
+        out["replacement_stages_s"] = stages
     return out
 
 
@@ -300,12 +368,11 @@ def main() -> None:
           f"(launch rank, new rank, size) {run['survivors']}; first step on the shrunk group completed "
           f"{run['kill_to_first_shrunk_step_s'] * 1e3:.0f} ms after the kill; final loss {run['final_loss']:.6f}")
     if "replacement_start_to_full_s" in run:
-        print(f"replacement for launch rank {args.kill_rank}: group back to {args.world_size} ranks "
-              f"{run['replacement_start_to_full_s'] * 1e3:.0f} ms after its start (Python and torch imported after "
-              f"{run['replacement_start_to_imported_s'] * 1e3:.0f} ms; {run['replacement_init_to_full_s'] * 1e3:.0f} "
-              f"ms after its init_process_group), first full step "
-              f"completed {run['replacement_start_to_first_full_step_s'] * 1e3:.0f} ms after its start; ranks at "
-              f"the end (launch rank, rank, size) {run['final']}")
+        stages = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in run["replacement_stages_s"].items())
+        print(f"{run['replacement_mode']} replacement for launch rank {args.kill_rank}: group back to "
+              f"{args.world_size} ranks {run['replacement_start_to_full_s'] * 1e3:.0f} ms after its start, first "
+              f"full step completed {run['replacement_start_to_first_full_step_s'] * 1e3:.0f} ms after it ({stages} "
+              f"ms); ranks at the end (launch rank, rank, size) {run['final']}")
     if args.json:
         args.json.write_text(json.dumps(record, indent=1))
 

@@ -8,6 +8,7 @@
 * After a SIGKILL the survivors re-form the group without the dead rank, and a replacement process started later
   joins them: the group is back to full size, on one host and across simulated hosts.
 * Abort hooks run when a send or a receive fails because its peer died.
+* examples/train_ddp_shrink.py with a standby replacement (the cold one is in test_abort_shrink.py).
 * A send or receive whose peer dies before it exchanged any message with this rank fails as a dead peer, naming
   the op and both ranks, not at its timeout.
 Every test leaves nothing in /dev/shm. All groups use a TCP store hosted by the test process, so any rank may die.
@@ -15,10 +16,14 @@ Every test leaves nothing in /dev/shm. All groups use a TCP store hosted by the 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
@@ -331,4 +336,23 @@ def test_p2p_peer_dead_before_any_message():
     assert "rank 1 is dead" in send and "before it received anything from this rank" in send, send
     for m in (recv, send):
         assert "Timed out" not in m, m
+    assert_no_new_shm(before)
+
+
+def test_recovery_example_standby_replacement(tmp_path):
+    """examples/train_ddp_shrink.py --standby: the replacement is started with the job (imported, model and optimizer
+    built) and called in once the survivors have shrunk; it receives their parameters and optimizer state, and all
+    three finish with each other's parameters bit for bit (checked inside) in launch order."""
+    repo = Path(__file__).resolve().parents[2]
+    before = shm_entries()
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, str(repo / "examples" / "train_ddp_shrink.py"), "--world-size", "3",
+                           "--kill-step", "3", "--steps", "6", "--standby", "--no-reference", "--json", str(out)],
+                          cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    run = json.loads(out.read_text())["shrink"]
+    assert run["replacement_mode"] == "standby", run
+    assert run["survivors"] == [[0, 0, 2], [2, 1, 2]], run
+    assert run["final"] == [[0, 0, 3], [2, 2, 3], [1, 1, 3]], run
+    assert set(run["replacement_stages_s"]) >= {"call", "reconfigure", "receive_state", "first_full_step"}, run
     assert_no_new_shm(before)
