@@ -186,7 +186,8 @@ def _cpu_model() -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--world-sizes", default="3,4", help="comma-separated; launch rank 1 is killed in each")
+    p.add_argument("--world-sizes", default="3,4",
+                   help="comma-separated; launch rank 1 is killed in each (empty: none, e.g. with --floor alone)")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--kill-step", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
@@ -205,7 +206,7 @@ def main() -> int:
     before = _shm()
     record = {"cpu": _cpu_model(), "cpus": os.cpu_count(), "kill_step": args.kill_step, "steps": args.steps,
               "runs": args.runs, "world_sizes": {}}
-    for world_size in [int(w) for w in args.world_sizes.split(",")]:
+    for world_size in [int(w) for w in args.world_sizes.split(",") if w]:
         runs: list[dict] = []
         for i in range(args.runs):
             load_before = os.getloadavg()[0]
