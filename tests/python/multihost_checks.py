@@ -141,6 +141,17 @@ def check_p2p(rank: int, world: int, group=None) -> None:
     if world < 2:
         return
     to_rank = (lambda r: dist.get_global_rank(group, r)) if group is not None else (lambda r: r)
+    # First, before any other message between them: a swap with the mirror rank, each sending and receiving at once.
+    # Across hosts that is the pair's first use, so its send and its receive both ask for the pair's gloo group at once.
+    mirror = world - 1 - rank
+    if mirror != rank:
+        send, recv = _values(9, torch.float32) + rank, torch.empty(9)
+        # isend and irecv, not batch_isend_irecv: a coalesced block is a collective, which the middle rank of an odd
+        # world would not join.
+        works = [dist.isend(send, to_rank(mirror), group), dist.irecv(recv, to_rank(mirror), group)]
+        for w in works:
+            w.wait()
+        _expect("send/recv swap with the mirror rank", recv, _values(9, torch.float32) + mirror, rank)
     right, left = (rank + 1) % world, (rank - 1) % world
     for n in (0, 5, 70_001):
         send = _values(n, torch.float32) + rank

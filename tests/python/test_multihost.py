@@ -62,6 +62,20 @@ def test_every_op_across_hosts(hosts):
         assert res["hosts"] == want
 
 
+def _p2p_first(rank: int, world: int, hosts: list) -> bool:
+    _init(rank, world, hosts, timeout_s=30.0)
+    mc.check_p2p(rank, world)  # no collective before: the pairs' gloo groups are made by these sends and receives
+    return True
+
+
+@pytest.mark.parametrize("hosts", [
+    pytest.param([0, 1], id="1+1"),
+    pytest.param([0, 0, 1, 1], id="2+2"),
+])
+def test_p2p_as_the_first_operation_across_hosts(hosts):
+    assert launch(len(hosts), _p2p_first, hosts, init=False) == [True] * len(hosts)
+
+
 def _sub_group(rank: int, world: int, hosts: list) -> dict:
     _init(rank, world, hosts)
     members = [0, 1, 2]  # host 0 whole, one rank of host 1

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <condition_variable>
+#include <future>
 #include <thread>
 
 #include "core/error.h"
@@ -73,8 +74,13 @@ CrossHost::CrossHost(c10::intrusive_ptr<c10d::Store> store, int rank, topology::
 CrossHost::~CrossHost() {
   if (failed()) {
     // See the header: a failed group's gloo groups may hold operations stuck on dead peers.
-    for (auto& [members, pg] : groups_) {
-      (void)pg.release();
+    for (auto& [members, group] : groups_) {
+      if (group.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        try {
+          (void)c10::intrusive_ptr<c10d::Backend>(group.get()).release();
+        } catch (...) {  // a creation that failed left no group
+        }
+      }
     }
   }
 }
@@ -105,27 +111,39 @@ int CrossHost::indexIn(const std::vector<int>& members) const {
 }
 
 c10::intrusive_ptr<c10d::Backend> CrossHost::group(const std::vector<int>& members, const std::string& kind) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto key = std::make_pair(kind, members);
-  auto it = groups_.find(key);
-  if (it == groups_.end()) {
-    // Creation waits for the other members: not under the lock, so another thread may create another group.
-    lock.unlock();
+  const auto key = std::make_pair(kind, members);
+  std::promise<c10::intrusive_ptr<c10d::Backend>> creation;
+  std::shared_future<c10::intrusive_ptr<c10d::Backend>> group;
+  bool create = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = groups_.find(key);
+    create = it == groups_.end();
+    group = create ? groups_.emplace(key, creation.get_future().share()).first->second : it->second;
+  }
+  if (!create) {
+    return group.get();  // made, or being made by another thread of this rank; rethrows its error
+  }
+  // Creation waits for the other members: not under the lock, so another group may be created meanwhile.
+  // Point-to-point pairs are created on the pairs' own threads, concurrently: each creation gets its own store
+  // connection, since gloo's rendezvous blocks in store waits and one TCPStore client serialises its calls (two
+  // creations sharing one could wait on each other across ranks in a cycle, e.g. a ring of sends).
+  try {
     std::string name = kind + ":";
     for (int r : members) {
       name += std::to_string(r) + ",";
     }
-    // Point-to-point pairs are created on the pairs' own threads, concurrently: each creation gets its own store
-    // connection, since gloo's rendezvous blocks in store waits and one TCPStore client serialises its calls (two
-    // creations sharing one could wait on each other across ranks in a cycle, e.g. a ring of sends).
     auto base = kind == "c" ? store_ : store_->clone();
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(kGlooPrefix + name, base);
     auto pg = factory_(prefixed, indexIn(members), int(members.size()), timeout_);
     TORCH_CHECK(pg, "tunedist: the gloo factory returned no backend");
-    lock.lock();
-    it = groups_.emplace(key, std::move(pg)).first;
+    creation.set_value(std::move(pg));
+  } catch (...) {
+    creation.set_exception(std::current_exception());  // for the threads waiting on this creation
+    std::lock_guard<std::mutex> lock(mutex_);
+    groups_.erase(key);  // a later call tries again, as before a first creation
   }
-  return it->second;
+  return group.get();
 }
 
 std::chrono::milliseconds CrossHost::remaining(const core::OpContext& ctx) const {

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -89,7 +90,10 @@ class CrossHost {
   const std::chrono::milliseconds timeout_;
 
   std::mutex mutex_;
-  std::map<std::pair<std::string, std::vector<int>>, c10::intrusive_ptr<c10d::Backend>> groups_;
+  // Each group once: the first thread to ask creates it, and any other thread of this rank that asks meanwhile (a
+  // pair's send lane and receive lane) waits for that creation. Two creations of one group by one rank would both
+  // meet the peer's under the same store prefix, and gloo's rendezvous would pair them wrongly.
+  std::map<std::pair<std::string, std::vector<int>>, std::shared_future<c10::intrusive_ptr<c10d::Backend>>> groups_;
 
   std::atomic<uint64_t> dataBytes_{0};
   std::atomic<uint64_t> metaBytes_{0};
