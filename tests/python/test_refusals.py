@@ -40,16 +40,12 @@ def _group_works(rank: int, world: int, group=None) -> None:
     t = torch.full((1000,), float(rank + 1))
     dist.all_reduce(t, group=group)
     assert torch.equal(t, torch.full((1000,), float(world * (world + 1) // 2))), t[:4]
-    # A ring in which rank 0 sends first and every other rank receives first: no two ranks exchange at once.
+    # A ring of an isend and an irecv posted at once on every rank.
     to_global = (lambda r: dist.get_global_rank(group, r)) if group is not None else (lambda r: r)
     send, recv = torch.full((7,), float(rank)), torch.empty(7)
     right, left = to_global((rank + 1) % world), to_global((rank - 1) % world)
-    if rank == 0:
-        dist.send(send, right, group=group)
-        dist.recv(recv, left, group=group)
-    else:
-        dist.recv(recv, left, group=group)
-        dist.send(send, right, group=group)
+    for work in [dist.isend(send, right, group=group), dist.irecv(recv, left, group=group)]:
+        work.wait()
     assert torch.equal(recv, torch.full((7,), float((rank - 1) % world))), recv
 
 
