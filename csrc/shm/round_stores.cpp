@@ -5,16 +5,8 @@
 namespace tunedist::shm {
 namespace {
 
-// Probe block b's mode: cached, streaming, streaming, cached.
-constexpr bool kBlockStreams[RoundStoreChooser::kProbeBlocks] = {false, true, true, false};
-
-// The median of the first n samples (0 < n <= N): the mean of the middle two when n is even.
-template <size_t N>
-double median(std::array<double, N> s, uint32_t n) {
-  n = std::min(n, uint32_t(N));
-  std::sort(s.begin(), s.begin() + n);
-  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
+// Two modes, both probed in every window: blocks cached, streaming, streaming, cached.
+constexpr uint32_t kBothModes = 0b11;
 
 }  // namespace
 
@@ -40,36 +32,35 @@ RoundStoreChooser::Plan RoundStoreChooser::next(size_t bytes) {
   const int cls = classOf(bytes);
   Class& c = classes_[size_t(cls)];
   if (c.verdictDue) {
-    decide(c, c.lastMedian[0], c.lastMedian[1]);
+    decide(c, c.window.median(0), c.window.median(1));
   }
-  const uint64_t op = c.ops++;
-  if (op >= c.windowStart + kWindowOps) {
-    closeWindow(c);
+  const bool opening = !c.window.open();
+  const Window::Step step = c.window.next(kBothModes);
+  if (step.closed) {
+    c.verdictDue = true;
     return {c.streaming, false, true};
   }
-  if (op < c.windowStart) {
+  if (step.mode < 0) {
     // Between windows: a large operation is timed for drift once this rank has a median of the kept mode.
-    const bool watch = bytes >= kDriftMinBytes && c.lastMedian[c.streaming ? 1 : 0] > 0 && !c.probeWanted;
+    const int kept = c.streaming ? 1 : 0;
+    const bool watch = bytes >= kDriftMinBytes && c.window.median(kept) > 0 && !c.probeWanted;
     if (watch) {
       pendingClass_ = cls;
-      pendingMode_ = c.streaming ? 1 : 0;
+      pendingMode_ = kept;
       pendingDrift_ = true;
     }
     return {c.streaming, watch, false};
   }
-  if (op == c.windowStart) {
+  if (opening) {
     c.probeWanted = false;
     c.driftCount = 0;
   }
-  const uint64_t pos = op - c.windowStart;
-  const bool streaming = kBlockStreams[pos / kBlockOps];
-  const bool timed = pos % kBlockOps >= kSettleOps;
-  if (timed) {
+  if (step.timed) {
     pendingClass_ = cls;
-    pendingMode_ = streaming ? 1 : 0;
+    pendingMode_ = step.mode;
     pendingDrift_ = false;
   }
-  return {streaming, timed, false};
+  return {step.mode == 1, step.timed, false};
 }
 
 void RoundStoreChooser::record(double nsPerByte) {
@@ -82,33 +73,16 @@ void RoundStoreChooser::record(double nsPerByte) {
     c.drift[c.driftCount++] = nsPerByte;
     if (c.driftCount == kDriftOps) {
       c.driftCount = 0;
-      c.probeWanted = median(c.drift, kDriftOps) > kDriftFactor * c.lastMedian[size_t(pendingMode_)];
+      c.probeWanted = Window::medianOf(c.drift, kDriftOps) > kDriftFactor * c.window.median(pendingMode_);
     }
     return;
   }
-  uint32_t& n = c.count[size_t(pendingMode_)];
-  if (n < kSamplesPerMode) {
-    c.samples[size_t(pendingMode_)][n++] = nsPerByte;
-  }
+  c.window.record(pendingMode_, nsPerByte);
 }
 
 void RoundStoreChooser::startWindowNext(int cls) {
-  Class& c = classes_[size_t(cls)];
-  // c.ops is the index of the class's next operation; a window already open (or due) stays as it is.
-  if (c.ops < c.windowStart) {
-    c.windowStart = c.ops;
-  }
-}
-
-void RoundStoreChooser::closeWindow(Class& c) {
-  // The next window's start depends on operation counts alone, never on the samples: it is the same on every rank.
-  c.windowStart += kWindowOps + c.gap;
-  c.gap = std::min(2 * c.gap, kMaxGap);
-  ++c.windows;
-  c.lastMedian = {c.count[0] > 0 ? median(c.samples[0], c.count[0]) : 0.0,
-                  c.count[1] > 0 ? median(c.samples[1], c.count[1]) : 0.0};
-  c.count = {0, 0};
-  c.verdictDue = true;
+  // A window already open (or due to close) stays as it is.
+  classes_[size_t(cls)].window.startNext();
 }
 
 void RoundStoreChooser::decide(int cls, double cachedNsPerByte, double streamingNsPerByte) {

@@ -21,17 +21,17 @@
 // rank, the configuration the probes measured. (Were ranks to decide differently, they would still compute the same
 // bits: how the bytes got into a slot changes nothing for the reader but its speed.)
 //
-// Schedule per size class (powers of two from kMinBytes; the last class takes everything larger): kWarmOps cached
-// operations (the slots' pages fault in), then a probe window of kProbeBlocks blocks of kBlockOps operations
-// (cached, streaming, streaming, cached: a linear drift of the host hits both modes alike), the first kSettleOps of
-// each block untimed (each of the two slot buffers meets the new mode once: the first cached write after a
-// streaming one must take its lines back from the peer: shm/store_policy.h). The operation after the window closes it;
-// the one after that decides: the mode whose slowest rank has the lower median cost per byte is kept (back to back, an
-// operation starts no sooner than its busiest rank ends the previous one; a broadcast's root and readers do different
-// work, and on 2 ranks of the Zen 4 EPYC at 64 KiB the root took 0.115 / 0.051 ns per byte cached / streaming and the
-// reader 0.032 / 0.086: equal sums, while streaming ran the loop 1.35x faster), unless it is the other one by
-// less than kSwitchMargin (no flapping on noise). Windows start at fixed operation counts: kFirstGap operations
-// after the previous one, the gap doubling up to kMaxGap.
+// Schedule per size class (powers of two from kMinBytes; the last class takes everything larger; shm/probe_window.h,
+// which PathChooser shares): kWarmOps cached operations (the slots' pages fault in), then a probe window of
+// kProbeBlocks blocks of kBlockOps operations (cached, streaming, streaming, cached: a linear drift of the host hits
+// both modes alike), the first kSettleOps of each block untimed (each of the two slot buffers meets the new mode once:
+// the first cached write after a streaming one must take its lines back from the peer: shm/store_policy.h). The
+// operation after the window closes it; the one after that decides: the mode whose slowest rank has the lower median
+// cost per byte is kept (back to back, an operation starts no sooner than its busiest rank ends the previous one; a
+// broadcast's root and readers do different work, and on 2 ranks of the Zen 4 EPYC at 64 KiB the root took 0.115 /
+// 0.051 ns per byte cached / streaming and the reader 0.032 / 0.086: equal sums, while streaming ran the loop 1.35x
+// faster), unless it is the other one by less than kSwitchMargin (no flapping on noise). Windows start at fixed
+// operation counts: kFirstGap operations after the previous one, the gap doubling up to kMaxGap.
 //
 // Between windows the host can change under a job (its two processes moved nearer or further apart: seen within a
 // 20-second job on a 2-vCPU AMD EPYC), and at up to 1024 operations apart a 64 MiB all_reduce would wait 10-20 s in the
@@ -47,6 +47,7 @@
 #include <cstdint>
 
 #include "shm/layout.h"
+#include "shm/probe_window.h"
 
 namespace tunedist::shm {
 
@@ -104,28 +105,22 @@ class RoundStoreChooser {
   bool streaming(int cls) const { return classes_[size_t(cls)].streaming; }
   // This rank's medians in the last closed window of `cls`, cached and streaming (0 before the first, or without
   // a sample of that mode).
-  double lastCachedNsPerByte(int cls) const { return classes_[size_t(cls)].lastMedian[0]; }
-  double lastStreamingNsPerByte(int cls) const { return classes_[size_t(cls)].lastMedian[1]; }
-  uint32_t windows(int cls) const { return classes_[size_t(cls)].windows; }
+  double lastCachedNsPerByte(int cls) const { return classes_[size_t(cls)].window.median(0); }
+  double lastStreamingNsPerByte(int cls) const { return classes_[size_t(cls)].window.median(1); }
+  uint32_t windows(int cls) const { return classes_[size_t(cls)].window.windows(); }
 
  private:
+  using Window = ProbeWindow<2, kSamplesPerMode>;  // mode 0 cached, 1 streaming
+  static constexpr ProbeSchedule kSchedule{kWarmOps, kBlockOps, kSettleOps, kFirstGap, kMaxGap};
   struct Class {
-    uint64_t ops = 0;
-    uint64_t windowStart = kWarmOps;
-    uint64_t gap = kFirstGap;
+    Window window{kSchedule};
     bool streaming = false;
-    uint32_t windows = 0;
     bool verdictDue = false;
-    // Samples of the window in progress, [0] cached and [1] streaming.
-    std::array<std::array<double, kSamplesPerMode>, 2> samples{};
-    std::array<uint32_t, 2> count{};
-    std::array<double, 2> lastMedian{};
     // Between windows: the kept mode's last costs, and whether they asked for a window.
     std::array<double, kDriftOps> drift{};
     uint32_t driftCount = 0;
     bool probeWanted = false;
   };
-  void closeWindow(Class& c);
   void decide(Class& c, double cachedNsPerByte, double streamingNsPerByte);
 
   std::array<Class, kClasses> classes_{};

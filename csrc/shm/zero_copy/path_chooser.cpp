@@ -1,19 +1,8 @@
 #include "shm/zero_copy/path_chooser.h"
 
-#include <algorithm>
+#include <bit>
 
 namespace tunedist::shm::zero_copy {
-namespace {
-
-// The median of the first n samples (0 < n <= N): the mean of the middle two when n is even.
-template <size_t N>
-double median(std::array<double, N> s, uint32_t n) {
-  n = std::min(n, uint32_t(N));
-  std::sort(s.begin(), s.begin() + n);
-  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
-}  // namespace
 
 const char* pathName(Path path) {
   switch (path) {
@@ -24,17 +13,7 @@ const char* pathName(Path path) {
   return "?";
 }
 
-PathChooser::PathChooser(uint32_t allowed, Path initial) : allowed_(allowed) {
-  for (int p = 0; p < kPaths; ++p) {
-    if (allowed & (1u << p)) {
-      blocks_[blockCount_++] = Path(p);
-    }
-  }
-  for (int p = kPaths - 1; p >= 0; --p) {
-    if (allowed & (1u << p)) {
-      blocks_[blockCount_++] = Path(p);
-    }
-  }
+PathChooser::PathChooser(uint32_t allowed, Path initial) : allowed_(allowed), allowedCount_(std::popcount(allowed)) {
   for (auto& c : classes_) {
     c.path = initial;
   }
@@ -53,29 +32,30 @@ PathChooser::Plan PathChooser::next(size_t bytes) {
   const int cls = classOf(bytes);
   Class& c = classes_[size_t(cls)];
   if (c.verdictDue) {
-    decide(c, c.lastMedian);
+    std::array<double, kPaths> mine{};
+    for (int p = 0; p < kPaths; ++p) {
+      mine[size_t(p)] = c.window.median(p);
+    }
+    decide(c, mine);
   }
   // One allowed path: nothing to choose.
-  if (blockCount_ <= 2) {
+  if (allowedCount_ <= 1) {
     return {c.path, false, false};
   }
-  const uint64_t op = c.ops++;
-  const uint64_t windowOps = uint64_t(blockCount_) * kBlockOps;
-  if (op >= c.windowStart + windowOps) {
-    closeWindow(c);
+  // Every window probes every allowed path.
+  const Window::Step step = c.window.next(allowed_);
+  if (step.closed) {
+    c.verdictDue = true;
     return {c.path, false, true};
   }
-  if (op < c.windowStart) {
+  if (step.mode < 0) {
     return {c.path, false, false};
   }
-  const uint64_t pos = op - c.windowStart;
-  const Path path = blocks_[pos / kBlockOps];
-  const bool timed = pos % kBlockOps >= kSettleOps;
-  if (timed) {
+  if (step.timed) {
     pendingClass_ = cls;
-    pendingPath_ = path;
+    pendingPath_ = Path(step.mode);
   }
-  return {path, timed, false};
+  return {Path(step.mode), step.timed, false};
 }
 
 void PathChooser::record(double nsPerByte) {
@@ -84,22 +64,7 @@ void PathChooser::record(double nsPerByte) {
   }
   Class& c = classes_[size_t(pendingClass_)];
   pendingClass_ = -1;
-  uint32_t& n = c.count[size_t(pendingPath_)];
-  if (n < kMaxSamples) {
-    c.samples[size_t(pendingPath_)][n++] = nsPerByte;
-  }
-}
-
-void PathChooser::closeWindow(Class& c) {
-  // The next window's start depends on operation counts alone, never on the samples: it is the same on every rank.
-  c.windowStart += uint64_t(blockCount_) * kBlockOps + c.gap;
-  c.gap = std::min(2 * c.gap, kMaxGap);
-  ++c.windows;
-  for (int p = 0; p < kPaths; ++p) {
-    c.lastMedian[size_t(p)] = c.count[size_t(p)] > 0 ? median(c.samples[size_t(p)], c.count[size_t(p)]) : 0.0;
-  }
-  c.count = {};
-  c.verdictDue = true;
+  c.window.record(int(pendingPath_), nsPerByte);
 }
 
 void PathChooser::decide(int cls, const std::array<double, kPaths>& nsPerByte) {

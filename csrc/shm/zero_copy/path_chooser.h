@@ -14,13 +14,13 @@
 // medians: the same inputs, so the same path everywhere. The group vote (ZeroCopyCollectives::runVoted) still guards
 // each operation: ranks that disagree on running zero-copy all copy.
 //
-// Schedule per size class (powers of two from kMinBytes; the last class takes everything larger): kWarmOps operations
-// in the class's current path, then a window of one block of kBlockOps per allowed path in ascending order and one in
-// descending order (copy, cached, streaming, streaming, cached, copy: a linear drift of the host hits all alike), the
-// first kSettleOps of each block untimed (the first operation after a switch meets the other path's cache state).
-// The operation after the window closes it; the next one decides: the path with the lowest slowest-rank median is
-// kept, unless the kept one is within kSwitchMargin of it. Windows start kFirstGap operations after the previous one,
-// the gap doubling up to kMaxGap.
+// Schedule per size class (powers of two from kMinBytes; the last class takes everything larger; shm/probe_window.h,
+// which RoundStoreChooser shares): kWarmOps operations in the class's current path, then a window of one block of
+// kBlockOps per allowed path in ascending order and one in descending order (copy, cached, streaming, streaming,
+// cached, copy: a linear drift of the host hits all alike), the first kSettleOps of each block untimed (the first
+// operation after a switch meets the other path's cache state). The operation after the window closes it; the next
+// one decides: the path with the lowest slowest-rank median is kept, unless the kept one is within kSwitchMargin of
+// it. Windows start kFirstGap operations after the previous one, the gap doubling up to kMaxGap.
 #pragma once
 
 #include <array>
@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "shm/layout.h"
+#include "shm/probe_window.h"
 
 namespace tunedist::shm::zero_copy {
 
@@ -80,28 +81,21 @@ class PathChooser {
   static size_t classMinBytes(int cls) { return kMinBytes << cls; }
   Path path(int cls) const { return classes_[size_t(cls)].path; }
   uint32_t allowed() const { return allowed_; }
-  double lastMedian(int cls, Path path) const { return classes_[size_t(cls)].lastMedian[size_t(path)]; }
-  uint32_t windows(int cls) const { return classes_[size_t(cls)].windows; }
+  double lastMedian(int cls, Path path) const { return classes_[size_t(cls)].window.median(int(path)); }
+  uint32_t windows(int cls) const { return classes_[size_t(cls)].window.windows(); }
 
  private:
+  using Window = ProbeWindow<kPaths, kMaxSamples>;
+  static constexpr ProbeSchedule kSchedule{kWarmOps, kBlockOps, kSettleOps, kFirstGap, kMaxGap};
   struct Class {
-    uint64_t ops = 0;
-    uint64_t windowStart = kWarmOps;
-    uint64_t gap = kFirstGap;
+    Window window{kSchedule};
     Path path = Path::kCopy;
-    uint32_t windows = 0;
     bool verdictDue = false;
-    std::array<std::array<double, kMaxSamples>, kPaths> samples{};
-    std::array<uint32_t, kPaths> count{};
-    std::array<double, kPaths> lastMedian{};
   };
-  void closeWindow(Class& c);
   void decide(Class& c, const std::array<double, kPaths>& nsPerByte);
 
   const uint32_t allowed_;
-  // The window's blocks: the allowed paths ascending, then descending.
-  std::array<Path, 2 * kPaths> blocks_{};
-  uint32_t blockCount_ = 0;
+  const int allowedCount_;
   std::array<Class, kClasses> classes_{};
   int pendingClass_ = -1;
   Path pendingPath_ = Path::kCopy;

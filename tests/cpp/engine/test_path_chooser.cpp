@@ -2,11 +2,14 @@
 // schedule is the same whatever the costs (every rank probes the same path in the same operation), a window closes one
 // operation after its last probe and is decided at the next, the fastest path by the slowest rank's medians is kept
 // unless the kept one is within the margin, a window without a figure for some path changes nothing, a forced
-// override probes only the zero-copy paths, one allowed path is never timed, size classes are apart.
+// override probes only the zero-copy paths, one allowed path is never timed, size classes are apart; and ranks whose
+// costs differ (each rank its own noise) plan the same path, timing and window close at every operation when they
+// decide from the group's slowest medians.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <array>
+#include <random>
 #include <vector>
 
 #include "shm/zero_copy/path_chooser.h"
@@ -161,6 +164,101 @@ TEST_CASE("paths: size classes keep their own schedules and verdicts", "[path_ch
   CHECK(c.path(PathChooser::classOf(16 * k1M)) == Path::kStreamingStores);
   CHECK(c.windows(PathChooser::classOf(k1M)) == 0);
   CHECK(c.path(PathChooser::classOf(k1M)) == Path::kCopy);
+}
+
+}  // namespace tunedist::test
+
+namespace tunedist::test {
+namespace {
+
+// A group of ranks, each with its own chooser, run as ZeroCopyCollectives runs them: before a rank's next operation
+// of a class whose window closed, the verdict from the slowest rank's medians over the ranks that have a figure for
+// every allowed path (peers.cpp decideDue). cost(rank, op, path) is a rank's cost of an operation.
+struct Group {
+  std::vector<PathChooser> ranks;
+  Group(int n, uint32_t allowed, Path initial) : ranks(size_t(n), PathChooser(allowed, initial)) {}
+
+  template <typename Cost>
+  std::vector<std::vector<Plan>> run(size_t bytes, uint64_t ops, Cost cost) {
+    const int cls = PathChooser::classOf(bytes);
+    std::vector<std::vector<Plan>> plans(ranks.size());
+    for (uint64_t op = 0; op < ops; ++op) {
+      // Every rank published its medians when the window closed (one operation ago): they read them now.
+      std::array<double, 3> slowest{};
+      for (const PathChooser& r : ranks) {
+        bool complete = true;
+        for (int k = 0; k < 3; ++k) {
+          complete = complete && (!(r.allowed() & (1u << k)) || r.lastMedian(cls, Path(k)) > 0);
+        }
+        for (int k = 0; k < 3 && complete; ++k) {
+          slowest[size_t(k)] = std::max(slowest[size_t(k)], r.lastMedian(cls, Path(k)));
+        }
+      }
+      for (size_t rank = 0; rank < ranks.size(); ++rank) {
+        PathChooser& r = ranks[rank];
+        if (r.verdictDue(cls)) {
+          r.decide(cls, slowest);
+        }
+        const Plan p = r.next(bytes);
+        plans[rank].push_back(p);
+        if (p.timed) {
+          r.record(cost(int(rank), op, p.path));
+        }
+      }
+    }
+    return plans;
+  }
+};
+
+uint64_t countPath(const std::vector<Plan>& plans, Path path, uint64_t from, uint64_t to) {
+  uint64_t n = 0;
+  for (uint64_t i = from; i < std::min<uint64_t>(to, plans.size()); ++i) {
+    n += plans[i].path == path;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("paths: ranks with different costs keep the same schedule and decisions at every operation",
+          "[path_chooser]") {
+  // Four ranks, each with its own noise around a host that changes twice; the group decides from the slowest rank,
+  // and every rank must plan the same path, timing and window close at every operation.
+  for (uint32_t seed = 1; seed <= 24; ++seed) {
+    INFO("seed " << seed);
+    const uint32_t allowed = seed % 3 == 0 ? kZeroCopyOnly : kAll;
+    Group g(4, allowed, allowed == kAll ? Path::kCopy : Path::kCachedStores);
+    std::vector<std::mt19937> rng;
+    for (int r = 0; r < 4; ++r) {
+      rng.emplace_back(seed * 131 + uint32_t(r));
+    }
+    const double noise = 0.05 * double(seed % 8);
+    const uint64_t ops = 12000;
+    const auto plans = g.run(k1M, ops, [&](int rank, uint64_t op, Path p) {
+      // Regimes: copy wins, then cached, then streaming by a hair.
+      const std::array<double, 3> base = op < 3000   ? std::array<double, 3>{1.0, 1.6, 2.4}
+                                         : op < 7000 ? std::array<double, 3>{1.0, 0.55, 0.9}
+                                                     : std::array<double, 3>{1.0, 0.7, 0.66};
+      std::uniform_real_distribution<double> u(1.0, 1.0 + noise + 0.1 * rank);
+      return base[size_t(p)] * u(rng[size_t(rank)]);
+    });
+    const int cls = PathChooser::classOf(k1M);
+    for (size_t r = 1; r < plans.size(); ++r) {
+      for (uint64_t i = 0; i < ops; ++i) {
+        if (plans[r][i].path != plans[0][i].path || plans[r][i].timed != plans[0][i].timed ||
+            plans[r][i].windowClosed != plans[0][i].windowClosed) {
+          FAIL("rank " << r << " differs from rank 0 at operation " << i);
+        }
+      }
+      CHECK(g.ranks[r].path(cls) == g.ranks[0].path(cls));
+      CHECK(g.ranks[r].windows(cls) == g.ranks[0].windows(cls));
+    }
+    // The group followed the host: each regime's clear winner was kept by its end.
+    if (allowed == kAll) {
+      CHECK(countPath(plans[0], Path::kCopy, 2900, 3000) == 100);
+      CHECK(countPath(plans[0], Path::kCachedStores, 6900, 7000) == 100);
+    }
+  }
 }
 
 }  // namespace tunedist::test
