@@ -5,13 +5,17 @@
 // once per failed operation and once per abort() call.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>  // C10D_BACKEND_HAS_HOOKS
+#ifdef C10D_BACKEND_HAS_HOOKS
 #include <torch/csrc/distributed/c10d/Hooks.hpp>
+#endif
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -19,10 +23,18 @@
 
 namespace tunedist {
 
+// torch's c10d::AbortHook where c10d has abort hooks (C10D_BACKEND_HAS_HOOKS, torch 2.14 on); before that the group
+// still runs its own failure path through this class, which then holds no hooks (no API registers any).
+#ifdef C10D_BACKEND_HAS_HOOKS
+using AbortHook = c10d::AbortHook;
+#else
+using AbortHook = std::function<void()>;
+#endif
+
 class AbortHooks {
  public:
   // Refuses an id that is registered already (torch keys hooks by id so they can be removed one by one).
-  void add(int64_t id, c10d::AbortHook hook, int rank) {
+  void add(int64_t id, AbortHook hook, int rank) {
     TORCH_CHECK(hook, "tunedist: register_abort_hook on rank ", rank, ": hook ", id, " is empty");
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(hooks_.emplace(id, std::move(hook)).second, "tunedist: register_abort_hook on rank ", rank,
@@ -63,7 +75,7 @@ class AbortHooks {
   // Runs every hook in id order, outside the lock (a hook may register or remove hooks). A hook that throws is
   // logged and the others still run: the abort goes on regardless.
   void run(int rank) const {
-    std::vector<std::pair<int64_t, c10d::AbortHook>> hooks;
+    std::vector<std::pair<int64_t, AbortHook>> hooks;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       hooks.assign(hooks_.begin(), hooks_.end());
@@ -80,7 +92,7 @@ class AbortHooks {
   mutable std::mutex mutex_;
   std::atomic<bool> aborting_{false};
   std::atomic<uint64_t> membership_{0};
-  std::map<int64_t, c10d::AbortHook> hooks_;
+  std::map<int64_t, AbortHook> hooks_;
 };
 
 }  // namespace tunedist

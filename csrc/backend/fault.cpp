@@ -79,6 +79,7 @@ c10::intrusive_ptr<c10d::Backend> TunedBackend::shrink(const std::vector<int64_t
   return shrunk;
 }
 
+#ifdef C10D_BACKEND_HAS_HOOKS
 void TunedBackend::registerAbortHook(int64_t hookId, c10d::AbortHook hook) {
   abortHooks_->add(hookId, hook, rank_);
   forwardAbortHook(hookId, std::move(hook));
@@ -88,5 +89,6 @@ void TunedBackend::unregisterAbortHook(int64_t hookId) {
   abortHooks_->remove(hookId);
   forwardAbortHookRemoval(hookId);
 }
+#endif
 
 }  // namespace tunedist

@@ -382,7 +382,7 @@ void TunedBackend::adoptCpuSide(c10::intrusive_ptr<cpu::CpuBackend> cpu) {
       (*shared)(std::move(info));
     });
   }
-#ifdef C10D_BACKEND_HAS_HOOKS
+#ifdef TUNEDIST_C10D_HAS_COMPLETION_HOOKS
   for (const auto& [id, hook] : completionHooks_) {
     cpu->registerCompletionHook(id, [shared = hook](const c10d::CompletionHookArgs& args) { (*shared)(args); });
   }

@@ -73,7 +73,7 @@ TunedBackend::TunedBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
             cuda::NcclSide::Options{cpu_->effectiveTimeout(c10d::kUnsetTimeout), onNcclCreated_, ncclFactory_}) {
 #ifndef C10D_BACKEND_HAS_RECONFIGURE
   TORCH_CHECK(!options.enableReconfigure, "tunedist: rank ", rank, ": enable_reconfigure needs a torch whose c10d ",
-              "has reconfigure (2.15 or later)");
+              "has reconfigure (C10D_BACKEND_HAS_RECONFIGURE: torch 2.14 or later)");
 #endif
   cpu_->setFailureCallback([hooks = abortHooks_, rank, membership = abortHooks_->membership()] {
     hooks->runForFailure(rank, membership);

@@ -135,13 +135,17 @@ class TunedBackend : public c10d::Backend {
 
   // What spans both sides (tuned_backend_state.cpp). An ephemeral timeout extends both; the error state is the CPU
   // side's first failure, else the NCCL side's.
-  void addEphemeralTimeout(const std::chrono::milliseconds& extra) override;
+  void addEphemeralTimeout(const std::chrono::milliseconds& extra)
+#ifdef TUNEDIST_C10D_HAS_EPHEMERAL_TIMEOUT
+      override
+#endif
+      ;
   c10d::ErrorType getError() override;
   // pg._register_on_completion_hook: the CPU side's operations, and the NCCL side's where that backend takes the
   // hook (the classic ProcessGroupNCCL does, with TORCH_NCCL_ENABLE_TIMING=1; nccl2 takes keyed completion hooks
   // instead, as torch's own "nccl" group then does; a refusal is logged when the NCCL side is made).
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
-#ifdef C10D_BACKEND_HAS_HOOKS
+#ifdef TUNEDIST_C10D_HAS_COMPLETION_HOOKS
   // Keyed completion hooks are offered only where every device type this object serves reports them: always in a
   // build without NCCL, else when the NCCL side exists and its backend reports them too.
   bool supportsCompletionHooks() const override;
@@ -161,16 +165,24 @@ class TunedBackend : public c10d::Backend {
   // answer goes to the NCCL side: the memory allocator and tensor allocation for a CUDA device make it if need be;
   // time estimation, suspend/resume and memory statistics are refused, naming op and rank, where it has none.
   void eagerConnectSingleDevice(at::Device device) override;
+#ifdef TUNEDIST_C10D_HAS_VIRTUAL_BOUND_DEVICE
   void setBoundDeviceId(std::optional<at::Device> device) override;
+#endif
   void enableCollectivesTiming() override;
   void waitForPendingWorks() override;
   bool supportsTimeEstimation() const override;
+#ifdef TUNEDIST_C10D_HAS_TIME_ESTIMATE
   void startTimeEstimate() override;
   float endTimeEstimate() override;
+#endif
   std::shared_ptr<c10::Allocator> getMemAllocator() override;
+#ifdef TUNEDIST_C10D_HAS_SUSPEND
   void suspend() override;
   void resume() override;
+#endif
+#ifdef TUNEDIST_C10D_HAS_MEMORY_STATS
   std::unordered_map<std::string, uint64_t> getMemoryStats() override;
+#endif
 #ifdef C10D_BACKEND_HAS_WINDOW
   // One-sided windows: a CUDA tensor's window is the NCCL side's, where that backend offers windows, and refused
   // naming it otherwise; a CPU tensor's is the CPU side's (CpuBackend::new_window: a window over the symmetric heap,
@@ -188,9 +200,13 @@ class TunedBackend : public c10d::Backend {
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride = nullptr) override;
   // Abort hooks run on this group's abort and its CPU failures, and are handed to the NCCL side where it takes them,
   // so its own watchdog runs them too (torch asks hooks to be idempotent for this).
+#ifdef TUNEDIST_C10D_HAS_ABORT_HOOK_QUERY
   bool supportsAbortHooks() const override { return true; }
+#endif
+#ifdef C10D_BACKEND_HAS_HOOKS
   void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
   void unregisterAbortHook(int64_t hookId) override;
+#endif
 #ifdef C10D_BACKEND_HAS_RECONFIGURE
   // Reconfigure (reconfigure.cpp), as torch defines it for gloo: each process hands out its handle, the handles are
   // exchanged out of band, and every member calls reconfigure with all of them and the same fresh uuid; the group
@@ -247,8 +263,10 @@ class TunedBackend : public c10d::Backend {
   // cannot shrink (the new group then makes its own at its first CUDA call).
   c10::intrusive_ptr<c10d::Backend> shrinkNcclSide(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
                                                    const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride);
+#ifdef C10D_BACKEND_HAS_HOOKS
   void forwardAbortHook(int64_t hookId, c10d::AbortHook hook);
   void forwardAbortHookRemoval(int64_t hookId);
+#endif
 
   const cuda::NcclSide::CreatedHook onNcclCreated_;
   const cuda::NcclSide::Factory ncclFactory_;
@@ -267,7 +285,7 @@ class TunedBackend : public c10d::Backend {
   std::vector<int64_t> usedUuids_;  // every uuid this process tried: none is used twice
   const uint64_t instanceId_;       // random: tells apart two processes that would have the same handle
   std::shared_ptr<std::function<void(std::shared_ptr<c10d::WorkInfo>)>> infoHook_;  // re-registered on a new CPU side
-#ifdef C10D_BACKEND_HAS_HOOKS
+#ifdef TUNEDIST_C10D_HAS_COMPLETION_HOOKS
   std::map<int64_t, std::shared_ptr<c10d::CompletionHook>> completionHooks_;
 #endif
   c10::intrusive_ptr<cpu::CpuBackend> cpu_;

@@ -37,6 +37,7 @@ void TunedBackend::eagerConnectSingleDevice(at::Device device) {
   }
 }
 
+#ifdef TUNEDIST_C10D_HAS_VIRTUAL_BOUND_DEVICE
 void TunedBackend::setBoundDeviceId(std::optional<at::Device> device) {
   c10d::Backend::setBoundDeviceId(device);
   if (device.has_value() && device->is_cuda()) {
@@ -45,6 +46,7 @@ void TunedBackend::setBoundDeviceId(std::optional<at::Device> device) {
     }
   }
 }
+#endif
 
 void TunedBackend::enableCollectivesTiming() {
   cpu_->enableCollectivesTiming();
@@ -73,6 +75,8 @@ bool TunedBackend::supportsTimeEstimation() const {
   return nccl && nccl->supportsTimeEstimation();
 }
 
+#if defined(TUNEDIST_C10D_HAS_TIME_ESTIMATE) || defined(TUNEDIST_C10D_HAS_SUSPEND) || \
+    defined(TUNEDIST_C10D_HAS_MEMORY_STATS)
 namespace {
 
 // Time estimation, suspend, resume and getMemoryStats concern the NCCL communicator (torch estimates only once it
@@ -85,7 +89,9 @@ c10d::Backend& existingSide(const c10::intrusive_ptr<c10d::Backend>& nccl, const
 }
 
 }  // namespace
+#endif
 
+#ifdef TUNEDIST_C10D_HAS_TIME_ESTIMATE
 void TunedBackend::startTimeEstimate() {
   existingSide(nccl_.existing(), "start_time_estimate", rank_, size_).startTimeEstimate();
 }
@@ -93,18 +99,23 @@ void TunedBackend::startTimeEstimate() {
 float TunedBackend::endTimeEstimate() {
   return existingSide(nccl_.existing(), "end_time_estimate", rank_, size_).endTimeEstimate();
 }
+#endif
 
 std::shared_ptr<c10::Allocator> TunedBackend::getMemAllocator() {
   return cudaSideFor("mem_allocator").getMemAllocator();
 }
 
+#ifdef TUNEDIST_C10D_HAS_SUSPEND
 void TunedBackend::suspend() { existingSide(nccl_.existing(), "suspend", rank_, size_).suspend(); }
 
 void TunedBackend::resume() { existingSide(nccl_.existing(), "resume", rank_, size_).resume(); }
+#endif
 
+#ifdef TUNEDIST_C10D_HAS_MEMORY_STATS
 std::unordered_map<std::string, uint64_t> TunedBackend::getMemoryStats() {
   return existingSide(nccl_.existing(), "get_memory_stats", rank_, size_).getMemoryStats();
 }
+#endif
 
 // A CPU device (index -1) is the CPU side's symmetric heap; a CUDA device index asks the NCCL side, made now if need
 // be (FSDP2 asks before the group's first collective), where this build or process can make one.

@@ -48,7 +48,7 @@ void TunedBackend::registerOnCompletionHook(std::function<void(std::shared_ptr<c
   });
 }
 
-#ifdef C10D_BACKEND_HAS_HOOKS
+#ifdef TUNEDIST_C10D_HAS_COMPLETION_HOOKS
 // The CPU side reports completions, and so does the NCCL side where it exists and can. A group whose NCCL side is
 // not made yet answers for the CPU side (a CPU-only job never makes one); hooks registered then are handed to the
 // NCCL side when it is made, with a warning there if it cannot take them (torch 2.15's nccl2 can; the classic
@@ -93,23 +93,42 @@ void TunedBackend::unregisterCompletionHook(int64_t hookId) {
 }
 #endif
 
+#ifdef C10D_BACKEND_HAS_HOOKS
+namespace {
+
+// Whether the NCCL side takes abort hooks: its supportsAbortHooks() where c10d has it (torch 2.15), else whether it
+// accepts the call (torch 2.14's Backend refuses registerAbortHook unless the backend overrides it).
+template <typename Call>
+void ifNcclTakesAbortHooks(c10d::Backend& nccl, Call&& call) {
+#ifdef TUNEDIST_C10D_HAS_ABORT_HOOK_QUERY
+  if (nccl.supportsAbortHooks()) {
+    call();
+  }
+#else
+  try {
+    call();
+  } catch (const c10::Error&) {
+    // the NCCL side has no abort hooks: the group runs them on its own abort and failures only
+  }
+#endif
+}
+
+}  // namespace
+
 // The NCCL side's watchdog aborts its communicator on a timeout or an NCCL error; handing it the group's abort hooks
 // makes it run them then, as torch's "nccl" group would.
 void TunedBackend::forwardAbortHook(int64_t hookId, c10d::AbortHook hook) {
   nccl_.whenCreated([hookId, hook = std::move(hook)](c10d::Backend& nccl) {
-    if (nccl.supportsAbortHooks()) {
-      nccl.registerAbortHook(hookId, hook);
-    }
+    ifNcclTakesAbortHooks(nccl, [&] { nccl.registerAbortHook(hookId, hook); });
   });
 }
 
 void TunedBackend::forwardAbortHookRemoval(int64_t hookId) {
   nccl_.whenCreated([hookId](c10d::Backend& nccl) {
-    if (nccl.supportsAbortHooks()) {
-      nccl.unregisterAbortHook(hookId);
-    }
+    ifNcclTakesAbortHooks(nccl, [&] { nccl.unregisterAbortHook(hookId); });
   });
 }
+#endif
 
 c10::intrusive_ptr<c10d::Backend> TunedBackend::shrinkNcclSide(
     const std::vector<int64_t>& ranksToExclude, int shrinkFlags,

@@ -136,7 +136,11 @@ class CpuBackend : public c10d::Backend {
   // Adds `extra` to the timeout of every operation issued from now on, until the first of them has completed
   // (dist.distributed_c10d._add_ephemeral_timeout_for_all_pgs; ephemeral_timeout.cpp). Calls accumulate, and each
   // expires on its own.
-  void addEphemeralTimeout(const std::chrono::milliseconds& extra) override;
+  void addEphemeralTimeout(const std::chrono::milliseconds& extra)
+#ifdef TUNEDIST_C10D_HAS_EPHEMERAL_TIMEOUT
+      override
+#endif
+      ;
   // The timeout an operation gets: `requested` where set, else the group's; plus the live ephemeral extensions.
   std::chrono::milliseconds effectiveTimeout(std::chrono::milliseconds requested) const;
   // The group's error state (Executor::error): SUCCESS until an operation failed.
@@ -150,7 +154,7 @@ class CpuBackend : public c10d::Backend {
   void waitForPendingWorks() override { executor_->hooks().drain(); }
   // Operations are always timed where a hook is registered; nothing to switch on.
   void enableCollectivesTiming() override {}
-#ifdef C10D_BACKEND_HAS_HOOKS
+#ifdef TUNEDIST_C10D_HAS_COMPLETION_HOOKS
   bool supportsCompletionHooks() const override { return true; }
   void registerCompletionHook(int64_t hookId, c10d::CompletionHook hook) override {
     executor_->hooks().addKeyed(hookId, [hook = std::move(hook)](uint64_t key, std::optional<float> ms) {

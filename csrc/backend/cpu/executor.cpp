@@ -73,7 +73,7 @@ void Executor::noteFailure(const std::exception& e) {
 }
 
 uint64_t Executor::completionKeyOf(const c10d::Work& work) {
-#ifdef C10D_BACKEND_HAS_HOOKS
+#ifdef TUNEDIST_C10D_HAS_COMPLETION_HOOKS
   return work.getCompletionKey();
 #else
   return uint64_t(reinterpret_cast<uintptr_t>(&work));

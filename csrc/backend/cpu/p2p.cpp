@@ -61,7 +61,7 @@ struct P2pReport {
     if (issued == CompletionHooks::Clock::time_point{}) {
       return;
     }
-#ifdef C10D_BACKEND_HAS_HOOKS
+#ifdef TUNEDIST_C10D_HAS_COMPLETION_HOOKS
     const uint64_t key = work.getCompletionKey();
 #else
     const uint64_t key = uint64_t(reinterpret_cast<uintptr_t>(&work));

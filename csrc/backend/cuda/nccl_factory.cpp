@@ -4,8 +4,9 @@
 //
 // It makes what "nccl" means in the torch it was built against, as torch's registrar decides it
 // (_register_builtin_nccl_backend in distributed_c10d.py): where Backend.hpp's torch has nccl2
-// (TUNEDIST_C10D_HAS_NCCL2, torch 2.15) that is c10d::nccl2::ProcessGroupNCCL unless TORCH_DIST_USE_NCCL2=0, else
-// the classic c10d::ProcessGroupNCCL. NCCL settings are left to torch and NCCL: nothing here sets an environment
+// (TUNEDIST_C10D_HAS_NCCL2) that is c10d::nccl2::ProcessGroupNCCL unless TORCH_DIST_USE_NCCL2=0 on torch 2.15
+// (TUNEDIST_C10D_NCCL2_BY_DEFAULT), and only with TORCH_DIST_USE_NCCL2=1 on torch 2.14; else the classic
+// c10d::ProcessGroupNCCL. NCCL settings are left to torch and NCCL: nothing here sets an environment
 // variable or an NCCL config field.
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
@@ -105,9 +106,15 @@ c10::intrusive_ptr<c10d::Backend> createNcclBackend(const NcclSide::CreateArgs& 
   checkHeaderMatchesTorch();
 #ifdef TUNEDIST_C10D_HAS_NCCL2
   const char* useNccl2 = std::getenv("TORCH_DIST_USE_NCCL2");
+#ifdef TUNEDIST_C10D_NCCL2_BY_DEFAULT
   if (useNccl2 == nullptr || std::strcmp(useNccl2, "0") != 0) {
     return createNccl2(args);
   }
+#else
+  if (useNccl2 != nullptr && std::strcmp(useNccl2, "1") == 0) {
+    return createNccl2(args);
+  }
+#endif
 #endif
   return createClassic(args);
 }

@@ -108,8 +108,8 @@ class NcclSide {
 };
 
 // The C++ choice (nccl_factory.cpp, only in builds with NCCL): what "nccl" means in the torch this was built
-// against. With nccl2 in its headers (torch 2.15) that is c10d::nccl2::ProcessGroupNCCL unless TORCH_DIST_USE_NCCL2=0,
-// as torch's own registrar decides; else the classic c10d::ProcessGroupNCCL.
+// against, as torch's own registrar decides: c10d::nccl2::ProcessGroupNCCL on torch 2.15 unless TORCH_DIST_USE_NCCL2=0,
+// on torch 2.14 only with TORCH_DIST_USE_NCCL2=1; else the classic c10d::ProcessGroupNCCL.
 c10::intrusive_ptr<c10d::Backend> createNcclBackend(const NcclSide::CreateArgs& args);
 
 }  // namespace tunedist::cuda

@@ -41,8 +41,13 @@ class CpuSymmetricMemoryAllocator final : public c10d::symmetric_memory::Symmetr
   bool has_multicast_support(int /*device_idx*/) override { return false; }
   c10::DeviceType supported_device_type() override { return c10::DeviceType::CPU; }
   std::string name() override { return "TUNED"; }
-  // Allocated here, or a live block of the default group's heap (tunedist.symmetric_empty).
-  bool has_allocation(void* ptr) override;
+  // Allocated here, or a live block of the default group's heap (tunedist.symmetric_empty). torch asks it from 2.14
+  // on (is_symm_mem_tensor); on an older torch only tunedist does.
+  bool has_allocation(void* ptr)
+#ifdef TUNEDIST_SYMM_MEM_HAS_ALLOCATION
+      override
+#endif
+      ;
 
   // The symm_mem operators' CPU kernels (operators.h), registered with the allocator and kept as long as it is.
   std::unique_ptr<torch::Library> operators;

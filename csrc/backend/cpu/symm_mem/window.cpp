@@ -1,5 +1,7 @@
 #include "backend/cpu/symm_mem/window.h"
 
+#ifdef C10D_BACKEND_HAS_WINDOW
+
 #include <atomic>
 #include <cstring>
 
@@ -147,3 +149,5 @@ c10d::WindowAttr CpuWindow::get_attr(int64_t peerRank) {
 }
 
 }  // namespace tunedist::cpu::symm_mem
+
+#endif  // C10D_BACKEND_HAS_WINDOW

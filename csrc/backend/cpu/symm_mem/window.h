@@ -14,6 +14,10 @@
 // send that the target posts a receive for, which is not one-sided.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>  // C10D_BACKEND_HAS_WINDOW
+
+// c10d has windows from torch 2.14 on (Window.hpp); before that there is nothing for a CpuWindow to implement.
+#ifdef C10D_BACKEND_HAS_WINDOW
 #include <torch/csrc/distributed/c10d/Window.hpp>
 
 #include <memory>
@@ -61,3 +65,5 @@ class CpuWindow final : public c10d::Window {
 };
 
 }  // namespace tunedist::cpu::symm_mem
+
+#endif  // C10D_BACKEND_HAS_WINDOW
