@@ -10,10 +10,15 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 
 from dist_utils import RankFailure, expect_error, free_port, init_url, launch
+
+# ProcessGroup._add_ephemeral_timeout reaches a plugin backend from torch 2.14 on (Backend::addEphemeralTimeout).
+needs_ephemeral_timeout = pytest.mark.skipif(not hasattr(dist.ProcessGroup, "_add_ephemeral_timeout"),
+                                             reason="this torch's ProcessGroup has no _add_ephemeral_timeout")
 
 OpType = torch._C._distributed_c10d.OpType
 ErrorType = torch._C._distributed_c10d.ErrorType
@@ -111,6 +116,7 @@ def _late_rank(rank: int, world: int, port: int, extend: bool) -> str:
     return f"sum {t[0].item()}"
 
 
+@needs_ephemeral_timeout
 def test_ephemeral_timeout_carries_a_late_rank():
     results = launch(2, _late_rank, free_port(), True, init=False)
     assert results == ["sum 8.0", "sum 8.0"], results

@@ -32,6 +32,10 @@ import torch.distributed as dist
 from dist_utils import RankFailure, assert_no_new_shm, expect_error, launch, shm_entries
 from test_abort_shrink import _check_group, _same_everywhere
 
+# Reconfigure is c10d's from torch 2.14 on (C10D_BACKEND_HAS_RECONFIGURE); an older torch has no such call to test.
+pytestmark = pytest.mark.skipif(not hasattr(dist.distributed_c10d, "_reconfigure"),
+                                reason="this torch's c10d has no _reconfigure (torch >= 2.14)")
+
 GROUP_TIMEOUT_S = 300.0
 c10d = dist.distributed_c10d
 
