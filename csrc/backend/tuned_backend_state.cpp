@@ -12,9 +12,11 @@ namespace tunedist {
 
 void TunedBackend::addEphemeralTimeout(const std::chrono::milliseconds& extra) {
   cpu_->addEphemeralTimeout(extra);
+#ifdef TUNEDIST_C10D_HAS_EPHEMERAL_TIMEOUT  // torch 2.11's c10d::Backend has no such call (nor does its ProcessGroup)
   if (auto nccl = nccl_.existing()) {
     nccl->addEphemeralTimeout(extra);
   }
+#endif
 }
 
 c10d::ErrorType TunedBackend::getError() {
