@@ -9,3 +9,26 @@
 #undef CHECK
 
 #include <catch2/catch.hpp>
+
+#include <c10/util/Exception.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace tunedist_test {
+
+// The message of the error `call` throws (c10's without its backtrace). Throws if `call` throws none, which fails
+// the test case (and is safe on a rank's thread, where Catch2's assertion macros are not).
+inline std::string errorOf(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {  // the engine's own errors (a failed group)
+    return e.what();
+  }
+  throw std::runtime_error("expected an error, got none");
+}
+
+}  // namespace tunedist_test

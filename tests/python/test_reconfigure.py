@@ -281,18 +281,24 @@ def _p2p_hooks(rank: int, world_size: int, port: int) -> dict:
     else:
         dist.send(torch.ones(4), 1)
     dist.barrier()
+    work = _post_to_rank_1_and_kill_it(rank, store)
+    message = expect_error(work.wait, expected=RuntimeError)[0]
+    return {"ran": list(ran), "message": message}
+
+
+def _post_to_rank_1_and_kill_it(rank: int, store):
+    """Rank 0 posts a receive from rank 1 and rank 2 a send to it of more than a ring holds; once both are posted,
+    rank 1 is SIGKILLed. Returns the posted operation's Work on ranks 0 and 2."""
     if rank == 1:
         store.wait(["posted/0", "posted/2"])
         time.sleep(0.2)  # both peers are inside their operation with this rank
         os.kill(os.getpid(), signal.SIGKILL)
-    # Rank 0 receives from rank 1; rank 2 sends it more than the ring between them holds.
     if rank == 0:
         work = dist.irecv(torch.empty(1024), 1)
     else:
         work = dist.isend(torch.ones(16 << 20), 1)
     store.set(f"posted/{rank}", "1")
-    message = expect_error(work.wait, expected=RuntimeError)[0]
-    return {"ran": list(ran), "message": message}
+    return work
 
 
 def test_abort_hooks_run_when_a_p2p_peer_dies():
@@ -309,16 +315,8 @@ def test_abort_hooks_run_when_a_p2p_peer_dies():
 def _p2p_dead_before_any_message(rank: int, world_size: int, port: int) -> dict:
     store = _join(port, rank, world_size, reconfigurable=False)
     dist.barrier()  # every rank's engines exist; no rank has sent anything to another
-    if rank == 1:
-        store.wait(["posted/0", "posted/2"])
-        time.sleep(0.2)  # both peers are inside their operation with this rank
-        os.kill(os.getpid(), signal.SIGKILL)
     # Rank 0 waits for a message rank 1 never sends; rank 2 sends it more than a ring holds, which it never maps.
-    if rank == 0:
-        work = dist.irecv(torch.empty(1024), 1)
-    else:
-        work = dist.isend(torch.ones(16 << 20), 1)
-    store.set(f"posted/{rank}", "1")
+    work = _post_to_rank_1_and_kill_it(rank, store)
     start = time.monotonic()
     message = expect_error(work.wait, expected=RuntimeError)[0]
     return {"message": message, "after_s": time.monotonic() - start}

@@ -17,23 +17,14 @@
 
 namespace {
 
+using tunedist_test::errorOf;
+
 using tunedist_test::deviceOnlyCudaTensor;
 
 c10::intrusive_ptr<tunedist::TunedBackend> makeBackend() {
   auto backend = tunedist::TunedBackend::create(c10::make_intrusive<c10d::HashStore>(), 0, 1,
                                                 std::chrono::milliseconds(20000));
   return c10::static_intrusive_pointer_cast<tunedist::TunedBackend>(backend);
-}
-
-std::string errorOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {  // the engine's own errors (a failed group)
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -98,5 +89,5 @@ TEST_CASE("CUDA tensors without NCCL in the build, or without a GPU, give a clea
   auto other = makeBackend();
   CHECK_THAT(errorOf([&] { other->send(t, 0, 0); }), Catch::Contains("send") && Catch::Contains("rank 0 of 1"));
   std::vector<at::Tensor> cpu{at::ones({4})};
-  CHECK(errorOf([&] { other->allreduce(cpu)->wait(); }).empty());
+  CHECK_NOTHROW(other->allreduce(cpu)->wait());
 }

@@ -17,6 +17,8 @@
 
 namespace {
 
+using tunedist_test::errorOf;
+
 using tunedist::TunedBackend;
 using tunedist::cuda::NcclSide;
 using tunedist_test::deviceOnlyCudaTensor;
@@ -39,17 +41,6 @@ struct Group {
     backend = c10::make_intrusive<TunedBackend>(c10::make_intrusive<c10d::HashStore>(), 0, size, std::move(options));
   }
 };
-
-std::string errorOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

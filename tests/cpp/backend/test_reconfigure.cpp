@@ -25,6 +25,8 @@
 #ifdef C10D_BACKEND_HAS_RECONFIGURE
 namespace {
 
+using tunedist_test::errorOf;
+
 using BackendPtr = c10::intrusive_ptr<c10d::Backend>;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 constexpr std::chrono::milliseconds kTimeout{60000};
@@ -81,18 +83,6 @@ void expect(bool cond, const std::string& what) {
   if (!cond) {
     throw std::runtime_error(what);
   }
-}
-
-// The message of the error `call` throws; fails if it throws none.
-std::string errorOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  throw std::runtime_error("expected an error, got none");
 }
 
 void expectContains(const std::string& text, const std::string& part, const std::string& what) {
