@@ -511,8 +511,11 @@ def test_ab_builds_benchmark_checks_and_compares(tmp_path, symmetric, fresh):
     assert len(floor_rows) == (8 if floor else 0), proc.stdout
     for row in floor_rows:  # "<op words> <bytes> F f A/2 h B/F r F range [..] verdict"
         f, half = float(row[row.index("F") + 1]), float(row[row.index("A/2") + 1])
-        assert ("under F" in " ".join(row)) == (half < f), row
-        # F and A/2 are printed to 0.1 us: at a few us that rounding alone moves their ratio by a few percent.
+        # F and A/2 are printed to 0.1 us and the verdict comes from the unrounded values: where the printed ones are
+        # within that rounding of each other, either verdict is right.
+        if abs(half - f) > 0.1:
+            assert ("under F" in " ".join(row)) == (half < f), row
+        # At a few us the same rounding alone moves their ratio by a few percent.
         rounding = 0.05 / f + 0.05 / half
         assert float(row[row.index("B/F") + 1]) == pytest.approx(2 * half / f, rel=0.01 + rounding, abs=0.01), row
 
