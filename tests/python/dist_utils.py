@@ -131,6 +131,18 @@ def expect_error(fn, *args, expected=dist.DistBackendError, **kwargs) -> tuple[s
     raise AssertionError(f"{getattr(fn, '__name__', fn)} returned instead of raising")
 
 
+def meet_on_store(key: str, rank: int, world_size: int, timeout: timedelta | None = None) -> None:
+    """Waits on the default group's store until every rank set `key`: after a refusal that failed the group, so no
+    rank exits (rank 0 hosts the store under these launches) while a peer still reads the failure from it."""
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"{key}_{rank}", "1")
+    keys = [f"{key}_{r}" for r in range(world_size)]
+    if timeout is None:
+        store.wait(keys)
+    else:
+        store.wait(keys, timeout)
+
+
 def init_url(port: int) -> str:
     return f"tcp://127.0.0.1:{port}"
 

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import multihost_checks as mc
-from dist_utils import RankFailure, free_port, launch
+from dist_utils import RankFailure, free_port, launch, meet_on_store
 
 WORKER = Path(__file__).resolve().parent / "multihost_worker.py"
 # Hang guard for the torchrun-based tests (not a performance limit).
@@ -181,9 +181,7 @@ def _host_mismatch(rank: int, world: int, hosts: list, kind: str) -> str:
         message = str(e)
     # The store stays up until every rank has its error, as under torchrun, whose agent hosts the store: here rank 0
     # hosts it. A rank whose connections close as another host's ranks leave reads the first cause from it.
-    store = dist.distributed_c10d._get_default_store()
-    store.set(f"mismatch_reported{rank}", "1")
-    store.wait([f"mismatch_reported{r}" for r in range(world)], timedelta(seconds=60))
+    meet_on_store("mismatch_reported", rank, world, timedelta(seconds=60))
     return message
 
 

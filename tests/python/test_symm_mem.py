@@ -25,7 +25,7 @@ import torch.distributed._symmetric_memory as symm_mem
 
 import symm_mem_checks as checks
 from collective_checks import Checker, section_problems
-from dist_utils import RankFailure, assert_no_new_shm, launch, shm_entries
+from dist_utils import RankFailure, assert_no_new_shm, launch, meet_on_store, shm_entries
 
 # Small buffers run zero-copy too, so the all_reduce of a symm_mem.empty tensor is counted on the zero-copy path.
 ENV = {"TUNEDIST_SYMMETRIC_MIN_BYTES": "0"}
@@ -155,10 +155,7 @@ def _outside_heap_worker(rank: int, world_size: int) -> dict:
         out = {"error": None}
     except RuntimeError as exc:
         out = {"error": str(exc)}
-    # The group is failed now: meet on the store (rank 0 hosts it) so no rank exits while a peer still reads it.
-    store = dist.distributed_c10d._get_default_store()
-    store.set(f"refused_{rank}", "1")
-    store.wait([f"refused_{r}" for r in range(world_size)])
+    meet_on_store("refused", rank, world_size)  # the group is failed now
     return out
 
 
@@ -186,10 +183,7 @@ def _two_hosts_worker(rank: int, world_size: int) -> dict:
             out[key] = None
         except RuntimeError as exc:
             out[key] = str(exc)
-    # The refusals may have failed the group: meet on the store so no rank exits while a peer still reads it.
-    store = dist.distributed_c10d._get_default_store()
-    store.set(f"hosts_done_{rank}", "1")
-    store.wait([f"hosts_done_{r}" for r in range(world_size)])
+    meet_on_store("hosts_done", rank, world_size)  # the refusals may have failed the group
     return out
 
 
