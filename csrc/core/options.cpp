@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/cpus.h"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -17,6 +18,14 @@ const char* slotStoresName(SlotStores mode) {
     case SlotStores::kStreaming: return "streaming";
   }
   return "?";
+}
+
+ShmOptions ShmOptions::forRanks(int localRanks) const {
+  ShmOptions o = *this;
+  if (o.spinIters == kSpinItersAuto) {
+    o.spinIters = localRanks <= usableCpus() ? kDefaultSpinIters : 0;
+  }
+  return o;
 }
 
 ShmOptions ShmOptions::fromEnv() {
@@ -84,6 +93,8 @@ size_t ShmOptions::oneShotMaxBytesFor(DType dtype) const {
 }
 
 void ShmOptions::validate() const {
+  TD_CHECK(spinIters >= kSpinItersAuto, "tunedist: spinIters (TUNEDIST_SPIN_ITERS) must be at least 0, or ",
+           kSpinItersAuto, " for the default, got ", spinIters);
   TD_CHECK(slotBytes >= 4096 && slotBytes % 4096 == 0, "tunedist: slotBytes (TUNEDIST_SLOT_BYTES) must be a multiple ",
            "of 4096 and at least 4096, got ", slotBytes);
   TD_CHECK(slotBytes <= (size_t(1) << 30), "tunedist: slotBytes (TUNEDIST_SLOT_BYTES) must be at most 1 GiB, got ",

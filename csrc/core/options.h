@@ -23,6 +23,7 @@ struct ShmOptions {
   static constexpr size_t kDefaultHalfOneShotMaxBytes = size_t(64) << 10;
   static constexpr size_t kDefaultP2pChannelBytes = size_t(256) << 10;
   static constexpr int kDefaultSpinIters = 4000;
+  static constexpr int kSpinItersAuto = -1;
   static constexpr size_t kDefaultCachedCopyMaxBytes = size_t(2) << 20;
   static constexpr size_t kDefaultBroadcastStreamBelowBytes = size_t(512) << 10;
   static constexpr size_t kDefaultBroadcastCachedCopyMaxBytes = size_t(16) << 20;
@@ -82,8 +83,12 @@ struct ShmOptions {
   // (docs/performance.md#store-placement-cached-or-streaming): plain / streaming time 0.55-0.62 at 3-8 MiB, 0.85-0.94
   // at 12-16 MiB, 0.86-0.96 at 24-32 MiB, 0.98-1.10 at 48-64 MiB; 4 ranks on 2 cores, per-reader bytes: 16 MiB 1.08.
   size_t broadcastCachedCopyMaxBytes = kDefaultBroadcastCachedCopyMaxBytes;
-  // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex.
-  int spinIters = kDefaultSpinIters;
+  // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex. kSpinItersAuto (the
+  // default; forRanks() resolves it for a group): kDefaultSpinIters when each of the group's ranks on this host can
+  // have a CPU of its own (core/cpus.h), else 0. With more ranks than CPUs the rank a waiter waits for is often queued
+  // behind it on the same CPU, and every pause turn delays it: 4 ranks on a 2-vCPU AMD EPYC ran a 256 KiB all_reduce
+  // in 150-180 us spinning 4000 turns and 0.3-0.6 of that yielding at once (docs/performance.md#symmetric-buffers).
+  int spinIters = kSpinItersAuto;
   // How often each rank's heartbeat thread bumps its counter in shared memory.
   std::chrono::milliseconds heartbeatPeriod = kDefaultHeartbeatPeriod;
   // Last resort only, where a peer's life lock (sync.h) cannot tell whether it is alive: a peer whose heartbeat has
@@ -114,6 +119,8 @@ struct ShmOptions {
   static ShmOptions fromEnv();
   // Throws tunedist::core::Error when a value is out of range.
   void validate() const;
+  // These options for a group of `localRanks` ranks on this host: spinIters resolved (see there).
+  ShmOptions forRanks(int localRanks) const;
   // The least buffer on the symmetric heap that may run zero-copy: symmetricMinBytes when set, else
   // kMeasuredSymmetricMinBytes (under it the copying one-shot algorithms, one synchronisation against zero-copy's
   // two, are not measured against it).

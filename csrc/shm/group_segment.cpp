@@ -33,7 +33,7 @@ GroupSegment::GroupSegment(std::shared_ptr<core::Rendezvous> rendezvous, int ran
     : rendezvous_(std::move(rendezvous)),
       rank_(rank),
       size_(size),
-      options_(options),
+      options_(options.forRanks(size)),
       geometry_(size, options.slotBytes) {
   TD_CHECK(size >= 1 && rank >= 0 && rank < size, "tunedist: invalid rank ", rank, " for group size ", size);
   options_.validate();

@@ -165,7 +165,7 @@ P2pEngine::Impl::Impl(std::shared_ptr<core::Rendezvous> rendezvous, int rank, in
     : rendezvous_(std::move(rendezvous)),
       rank_(rank),
       size_(size),
-      options_(options),
+      options_(options.forRanks(size)),
       heartbeat_(options_.heartbeatPeriod),
       peers_(rendezvous_.get(), std::max(size, 0)),
       ctx_{rank,

@@ -1,7 +1,8 @@
 // The size-dependent tunables: the one-shot limit per dtype and the cross-host pipeline chunk, their environment
-// overrides and their bounds; the slot stores' environment override.
+// overrides and their bounds; the slot stores' environment override; the waiters' spin turns per group.
 #include <catch2/catch.hpp>
 
+#include "core/cpus.h"
 #include "core/options.h"
 #include "scoped_env.h"
 
@@ -125,6 +126,33 @@ TEST_CASE("TUNEDIST_SLOT_STORES forces the slot stores, and a bad value names th
     CHECK_THROWS_WITH(core::ShmOptions::fromEnv(), Catch::Contains("TUNEDIST_SLOT_STORES") && Catch::Contains(bad) &&
                                                        Catch::Contains("auto, cached or streaming"));
   }
+}
+
+TEST_CASE("a group spins before yielding only where each of its ranks on this host has a CPU", "[options]") {
+  const int cpus = core::usableCpus();
+  REQUIRE(cpus >= 1);
+  core::ShmOptions o;
+  CHECK(o.spinIters == core::ShmOptions::kSpinItersAuto);
+  CHECK(o.forRanks(1).spinIters == core::ShmOptions::kDefaultSpinIters);
+  CHECK(o.forRanks(cpus).spinIters == core::ShmOptions::kDefaultSpinIters);
+  CHECK(o.forRanks(cpus + 1).spinIters == 0);
+  CHECK(o.forRanks(cpus + 1).slotBytes == o.slotBytes);
+  // A value set (TUNEDIST_SPIN_ITERS) holds for every group size.
+  ScopedEnv env("TUNEDIST_SPIN_ITERS", "250");
+  const auto set = core::ShmOptions::fromEnv();
+  CHECK(set.forRanks(1).spinIters == 250);
+  CHECK(set.forRanks(cpus + 1).spinIters == 250);
+  o.spinIters = -2;
+  CHECK_THROWS_WITH(o.validate(), Catch::Contains("TUNEDIST_SPIN_ITERS"));
+}
+
+TEST_CASE("the usable CPUs are the affinity mask's, capped by a cgroup quota rounded up", "[options]") {
+  CHECK(core::usableCpusFrom(64, 0, 0) == 64);           // no quota
+  CHECK(core::usableCpusFrom(64, 200000, 100000) == 2);  // docker --cpus=2
+  CHECK(core::usableCpusFrom(64, 150000, 100000) == 2);  // 1.5 CPUs: two can run at once
+  CHECK(core::usableCpusFrom(64, 50000, 100000) == 1);
+  CHECK(core::usableCpusFrom(2, 800000, 100000) == 2);  // the mask is the tighter bound
+  CHECK(core::usableCpusFrom(0, -1, 100000) == 1);      // nothing known: at least one
 }
 
 }  // namespace tunedist::test

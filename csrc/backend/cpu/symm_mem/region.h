@@ -15,6 +15,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -58,10 +59,11 @@ class SymmetricRegion {
 
   // Waits until `ready()` holds, for at most `timeout`, while `peer` is the rank expected to make it true; `what`
   // says what we wait for ("a signal on channel 0"). As the group's own waits do (shm/rounds.cpp): spin with a pause
-  // hint (a peer on another core answers within microseconds), then yield the core a few times, then sleep on the
-  // group's bell (a futex in its segment) that notify() rings; between sleeps, and every millisecond while
-  // spinning, it checks the group, the peer and the deadline (a check reads the peer's life lock and /proc: too
-  // dear for every turn). `ready` must read with seq_cst, pairing with notify()'s check for sleepers.
+  // hint where every rank has a CPU of its own (a peer on another core answers within microseconds), then yield the
+  // core a few times, then sleep on the group's bell (a futex in its segment) that notify() rings; between sleeps, and
+  // every millisecond while spinning, it checks the group, the peer and the deadline (a check reads the peer's life
+  // lock and /proc: too dear for every turn). `ready` must read with seq_cst, pairing with notify()'s check for
+  // sleepers.
   template <typename Ready>
   void waitFor(const char* op, int peer, std::chrono::milliseconds timeout, const std::string& what, Ready&& ready) {
     if (ready()) {
@@ -69,7 +71,10 @@ class SymmetricRegion {
     }
     const auto start = std::chrono::steady_clock::now();
     auto lastCheck = start;
-    for (uint64_t turn = 1; turn < kSpinTurns + kYieldTurns; ++turn) {
+    // The group's spin turns (core::ShmOptions::spinIters, resolved for its ranks on this host: none with more ranks
+    // than CPUs).
+    const uint64_t spinTurns = uint64_t(std::max(segment_->options().spinIters, 0));
+    for (uint64_t turn = 1; turn < spinTurns + kYieldTurns; ++turn) {
       if (ready()) {
         return;
       }
@@ -80,7 +85,7 @@ class SymmetricRegion {
           checkWait(op, peer, start, timeout, what);
         }
       }
-      if (turn < kSpinTurns) {
+      if (turn < spinTurns) {
         core::cpuRelax();
       } else {
         yieldCore();
@@ -93,7 +98,6 @@ class SymmetricRegion {
   void notify() const;
 
  private:
-  static constexpr uint64_t kSpinTurns = 4096;
   static constexpr uint64_t kYieldTurns = 16;
   static constexpr std::chrono::milliseconds kCheckPeriod{1};
 
