@@ -86,8 +86,9 @@ struct ShmOptions {
   // Busy-poll iterations (with a pause hint) before a waiter yields and then sleeps on the futex. kSpinItersAuto (the
   // default; forRanks() resolves it for a group): kDefaultSpinIters when each of the group's ranks on this host can
   // have a CPU of its own (core/cpus.h), else 0. With more ranks than CPUs the rank a waiter waits for is often queued
-  // behind it on the same CPU, and every pause turn delays it: 4 ranks on a 2-vCPU AMD EPYC ran a 256 KiB all_reduce
-  // in 150-180 us spinning 4000 turns and 0.3-0.6 of that yielding at once (docs/performance.md#symmetric-buffers).
+  // behind it on the same CPU, and every pause turn delays it: 4 ranks on a 2-vCPU AMD EPYC ran every collective of
+  // 1-512 KiB in 0.17-0.76 of the time yielding at once (a 64 KiB all_reduce: 180 us spinning 4000 turns), and
+  // zero-copy, which waits twice per call, lost to copying until then (docs/performance.md#symmetric-buffers).
   int spinIters = kSpinItersAuto;
   // How often each rank's heartbeat thread bumps its counter in shared memory.
   std::chrono::milliseconds heartbeatPeriod = kDefaultHeartbeatPeriod;
