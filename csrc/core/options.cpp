@@ -23,7 +23,7 @@ const char* slotStoresName(SlotStores mode) {
 ShmOptions ShmOptions::forRanks(int localRanks) const {
   ShmOptions o = *this;
   if (o.spinIters == kSpinItersAuto) {
-    o.spinIters = localRanks <= usableCpus() ? kDefaultSpinIters : 0;
+    o.spinIters = std::max(localRanks, localWorldSize) <= usableCpus() ? kDefaultSpinIters : 0;
   }
   return o;
 }
@@ -64,6 +64,9 @@ ShmOptions ShmOptions::fromEnv() {
   }
   if (auto v = envNonNegativeInt("TUNEDIST_SPIN_ITERS")) {
     o.spinIters = int(*v);
+  }
+  if (auto v = envNonNegativeInt("LOCAL_WORLD_SIZE")) {
+    o.localWorldSize = int(std::min<long long>(*v, 1 << 20));
   }
   if (auto v = envNonNegativeInt("TUNEDIST_DEAD_AFTER_MS")) {
     o.deadAfter = std::chrono::milliseconds(*v);

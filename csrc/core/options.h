@@ -90,6 +90,10 @@ struct ShmOptions {
   // 1-512 KiB in 0.17-0.76 of the time yielding at once (a 64 KiB all_reduce: 180 us spinning 4000 turns), and
   // zero-copy, which waits twice per call, lost to copying until then (docs/performance.md#symmetric-buffers).
   int spinIters = kSpinItersAuto;
+  // The job's processes on this host (LOCAL_WORLD_SIZE, as torchrun sets it; 0: unknown): a group smaller than that,
+  // such as one of several tensor-parallel groups, still shares the host's CPUs with the rest, so forRanks() counts the
+  // larger of the two.
+  int localWorldSize = 0;
   // How often each rank's heartbeat thread bumps its counter in shared memory.
   std::chrono::milliseconds heartbeatPeriod = kDefaultHeartbeatPeriod;
   // Last resort only, where a peer's life lock (sync.h) cannot tell whether it is alive: a peer whose heartbeat has
@@ -120,7 +124,8 @@ struct ShmOptions {
   static ShmOptions fromEnv();
   // Throws tunedist::core::Error when a value is out of range.
   void validate() const;
-  // These options for a group of `localRanks` ranks on this host: spinIters resolved (see there).
+  // These options for a group of `localRanks` ranks on this host: spinIters resolved (see there) for the larger of
+  // `localRanks` and localWorldSize.
   ShmOptions forRanks(int localRanks) const;
   // The least buffer on the symmetric heap that may run zero-copy: symmetricMinBytes when set, else
   // kMeasuredSymmetricMinBytes (under it the copying one-shot algorithms, one synchronisation against zero-copy's

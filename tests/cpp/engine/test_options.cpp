@@ -2,6 +2,8 @@
 // overrides and their bounds; the slot stores' environment override; the waiters' spin turns per group.
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "core/cpus.h"
 #include "core/options.h"
 #include "scoped_env.h"
@@ -137,6 +139,17 @@ TEST_CASE("a group spins before yielding only where each of its ranks on this ho
   CHECK(o.forRanks(cpus).spinIters == core::ShmOptions::kDefaultSpinIters);
   CHECK(o.forRanks(cpus + 1).spinIters == 0);
   CHECK(o.forRanks(cpus + 1).slotBytes == o.slotBytes);
+  // A small group of a job with more processes on the host than CPUs (LOCAL_WORLD_SIZE): no spin either.
+  {
+    ScopedEnv lws("LOCAL_WORLD_SIZE", std::to_string(cpus + 1).c_str());
+    const auto job = core::ShmOptions::fromEnv();
+    CHECK(job.localWorldSize == cpus + 1);
+    CHECK(job.forRanks(1).spinIters == 0);
+  }
+  {
+    ScopedEnv lws("LOCAL_WORLD_SIZE", "1");
+    CHECK(core::ShmOptions::fromEnv().forRanks(1).spinIters == core::ShmOptions::kDefaultSpinIters);
+  }
   // A value set (TUNEDIST_SPIN_ITERS) holds for every group size.
   ScopedEnv env("TUNEDIST_SPIN_ITERS", "250");
   const auto set = core::ShmOptions::fromEnv();
