@@ -13,8 +13,11 @@
 #include <c10/util/Exception.h>
 
 #include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace tunedist_test {
 
@@ -29,6 +32,37 @@ inline std::string errorOf(const std::function<void()>& call) {
     return e.what();
   }
   throw std::runtime_error("expected an error, got none");
+}
+
+// Runs body(i) on `threads` threads (ranks of one process) and reports every thread's failure, "<who> i: ..." (c10's
+// message without its backtrace), from the test's thread once all ended: Catch2's assertion macros are not
+// thread-safe, so the threads only throw.
+inline void runThreads(int threads, const std::function<void(int)>& body, const std::string& who = "thread") {
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::string message;
+      try {
+        body(t);
+        return;
+      } catch (const c10::Error& e) {
+        message = e.what_without_backtrace();
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      failures.push_back(who + " " + std::to_string(t) + ": " + message);
+    });
+  }
+  for (auto& t : pool) {
+    t.join();
+  }
+  for (const auto& f : failures) {
+    FAIL_CHECK(f);
+  }
+  CHECK(failures.empty());
 }
 
 }  // namespace tunedist_test

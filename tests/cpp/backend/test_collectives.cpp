@@ -34,29 +34,15 @@ void runRanks(int size, const std::function<void(int, BackendPtr&)>& body) {
   static int groupCounter = 0;
   auto store = c10::make_intrusive<c10d::PrefixStore>("group" + std::to_string(++groupCounter),
                                                       c10::make_intrusive<c10d::HashStore>());
-  std::mutex mutex;
-  std::vector<std::string> failures;
   std::atomic<int> finished{0};
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
+  tunedist_test::runThreads(
+      size,
+      [&](int r) {
         BackendPtr backend = tunedist::createBackend(store, r, size, kTimeout);
         body(r, backend);
         finished.fetch_add(1);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        failures.push_back("rank " + std::to_string(r) + ": " + e.what());
-      }
-    });
-  }
-  for (auto& t : threads) {
-    t.join();
-  }
-  for (const auto& f : failures) {
-    FAIL_CHECK(f);
-  }
-  CHECK(failures.empty());
+      },
+      "rank");
   CHECK(finished.load() == size);
 }
 

@@ -51,33 +51,7 @@ Stores freshStores() {
           c10::make_intrusive<c10d::PrefixStore>(id + "oob", base)};
 }
 
-// Runs body(thread) on `threads` threads and reports every thread's failure, with the thread in front, from the
-// test's thread after all ended (Catch2's macros are not thread-safe: the threads only throw).
-void runThreads(int threads, const std::function<void(int)>& body) {
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        body(t);
-      } catch (const c10::Error& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        failures.push_back("thread " + std::to_string(t) + ": " + e.what_without_backtrace());
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        failures.push_back("thread " + std::to_string(t) + ": " + e.what());
-      }
-    });
-  }
-  for (auto& t : pool) {
-    t.join();
-  }
-  for (const auto& f : failures) {
-    FAIL_CHECK(f);
-  }
-  CHECK(failures.empty());
-}
+using tunedist_test::runThreads;
 
 void expect(bool cond, const std::string& what) {
   if (!cond) {
@@ -266,14 +240,7 @@ TEST_CASE("reconfigure: a member left out, then a new process takes its place", 
       // A new process given the rank it replaces: its group is in the reconfigure regime, on the job's store.
       BackendPtr b = reconfigurable(s.group, leaver, size);
       s.oob->set("joined/" + std::to_string(leaver), std::string("1"));
-      const std::string mine = b->get_reconfigure_handle();
-      s.oob->set("back/" + std::to_string(leaver), mine);
-      std::vector<std::string> handles;
-      for (int k = 0; k < size; ++k) {
-        const auto v = s.oob->get("back/" + std::to_string(k));
-        handles.emplace_back(v.begin(), v.end());
-      }
-      reconfigureSet(b, 22, handles);
+      reconfigureSet(b, 22, exchange(s.oob, b, "back", leaver, size));
       expect(b->getRank() == leaver && b->getSize() == size, "the replacement's rank");
       expect(gatherIds(b, leaver).size() == size_t(size), "the full group again");
       checkCollectives(b, "back at full size");
@@ -301,14 +268,7 @@ TEST_CASE("reconfigure: a member left out, then a new process takes its place", 
     }
     // The replacement comes in: it takes the leaver's place in the set (its stable rank).
     s.oob->wait({"joined/" + std::to_string(leaver)});
-    const std::string now = b->get_reconfigure_handle();
-    s.oob->set("back/" + std::to_string(t), now);
-    std::vector<std::string> handles;
-    for (int k = 0; k < size; ++k) {
-      const auto v = s.oob->get("back/" + std::to_string(k));
-      handles.emplace_back(v.begin(), v.end());
-    }
-    reconfigureSet(b, 22, handles);
+    reconfigureSet(b, 22, exchange(s.oob, b, "back", t, size));
     expect(b->getRank() == t && b->getSize() == size, "a survivor's rank at full size");
     expect(gatherIds(b, t) == stableRanks(size, false), "stable ranks at full size");
     checkCollectives(b, "back at full size");
